@@ -1,0 +1,30 @@
+// Storage dtypes and their conversions. fp32 <-> fp16/bf16 round to nearest even and keep
+// inf and NaN (a NaN stays a NaN, its sign kept); values beyond fp16's range become inf,
+// as they would on a GPU. Plain functions, no state, thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ringstep {
+
+enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
+
+size_t dtype_size(DType dt);
+const char* dtype_name(DType dt);  // "fp32", "fp16", "bf16"
+// Parses "fp32" | "fp16" | "bf16"; throws InputError otherwise.
+DType parse_dtype(const std::string& name);
+
+uint16_t fp32_to_fp16(float x);
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_bf16(float x);
+float bf16_to_fp32(uint16_t b);
+
+// Array conversions (vectorised where the CPU allows it).
+void fp32_to_fp16(const float* in, uint16_t* out, size_t n);
+void fp16_to_fp32(const uint16_t* in, float* out, size_t n);
+void fp32_to_bf16(const float* in, uint16_t* out, size_t n);
+void bf16_to_fp32(const uint16_t* in, float* out, size_t n);
+
+}  // namespace ringstep
