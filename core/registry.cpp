@@ -1,0 +1,63 @@
+#include "core/registry.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+namespace ringstep {
+
+size_t Registry::add(const std::string& name, std::vector<int64_t> shape, bool decay) {
+  for (const auto& t : tensors_)
+    if (t.name == name) throw std::logic_error("registry: duplicate tensor " + name);
+  size_t numel = 1;
+  for (int64_t d : shape) numel *= static_cast<size_t>(d);
+  TensorInfo info{name, std::move(shape), total_, numel, DType::f32, decay};
+  total_ += (numel + kAlignElems - 1) / kAlignElems * kAlignElems;
+  tensors_.push_back(std::move(info));
+  return tensors_.size() - 1;
+}
+
+const TensorInfo& Registry::find(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return t;
+  throw std::out_of_range("registry: no tensor " + name);
+}
+
+size_t Registry::param_count() const {
+  size_t n = 0;
+  for (const auto& t : tensors_) n += t.numel;
+  return n;
+}
+
+FlatBuffer::FlatBuffer(size_t n) : n_(n) {
+  size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  if (bytes == 0) bytes = 64;
+  data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
+  if (!data_) throw std::bad_alloc();
+  std::memset(data_, 0, bytes);
+}
+
+FlatBuffer::FlatBuffer(FlatBuffer&& o) noexcept : data_(o.data_), n_(o.n_) {
+  o.data_ = nullptr;
+  o.n_ = 0;
+}
+
+FlatBuffer& FlatBuffer::operator=(FlatBuffer&& o) noexcept {
+  if (this != &o) {
+    std::free(data_);
+    data_ = o.data_;
+    n_ = o.n_;
+    o.data_ = nullptr;
+    o.n_ = 0;
+  }
+  return *this;
+}
+
+FlatBuffer::~FlatBuffer() { std::free(data_); }
+
+void FlatBuffer::zero() {
+  if (n_) std::memset(data_, 0, n_ * sizeof(float));
+}
+
+}  // namespace ringstep

@@ -1,0 +1,68 @@
+// One registry describes one flat buffer: each tensor's name, shape, offset (in elements)
+// and dtype. Parameters, gradients and optimizer moments share one registry and differ
+// only in the buffer they index, so AllReduce, clipping and checkpointing are
+// single-buffer operations. Not thread-safe while being built; read-only afterwards.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace ringstep {
+
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t offset = 0;  // elements from the start of the buffer
+  size_t numel = 0;
+  DType dtype = DType::f32;
+  bool decay = true;  // AdamW weight decay applies (false for LayerNorm and biases)
+};
+
+class Registry {
+ public:
+  // Appends a tensor; offsets are aligned to kAlignElems so every tensor starts on a
+  // 64-byte boundary. Returns its index. Throws std::logic_error on a duplicate name.
+  size_t add(const std::string& name, std::vector<int64_t> shape, bool decay = true);
+  const TensorInfo& at(size_t i) const { return tensors_[i]; }
+  const TensorInfo& find(const std::string& name) const;  // throws std::out_of_range
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  size_t size() const { return tensors_.size(); }
+  size_t total_numel() const { return total_; }  // buffer length, padding included
+  size_t param_count() const;                    // sum of numel, padding excluded
+
+  static constexpr size_t kAlignElems = 16;
+
+ private:
+  std::vector<TensorInfo> tensors_;
+  size_t total_ = 0;
+};
+
+// A 64-byte aligned, zero-initialised float buffer laid out by a registry.
+class FlatBuffer {
+ public:
+  FlatBuffer() = default;
+  explicit FlatBuffer(size_t n);
+  FlatBuffer(FlatBuffer&& o) noexcept;
+  FlatBuffer& operator=(FlatBuffer&& o) noexcept;
+  FlatBuffer(const FlatBuffer&) = delete;
+  FlatBuffer& operator=(const FlatBuffer&) = delete;
+  ~FlatBuffer();
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(float); }
+  float* at(const TensorInfo& t) { return data_ + t.offset; }
+  const float* at(const TensorInfo& t) const { return data_ + t.offset; }
+  void zero();
+
+ private:
+  float* data_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace ringstep
