@@ -17,6 +17,8 @@ struct RunConfig {
   uint64_t seed = 1234;
   std::string device = "cpu";  // cpu | cuda
   int threads = 0;             // 0 = auto (cores / ranks on this node); YAML "auto" or int >= 1
+
+  bool operator==(const RunConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -25,12 +27,16 @@ struct ModelConfig {
   int d_model = 128;
   int n_layers = 4;
   int n_heads = 4;
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct DataConfig {
   std::string source = "synthetic";  // synthetic | file
   std::string path;                  // token file for source=file ("" when null)
   std::string val_path;              // optional held-out token file ("" = tail of path)
+
+  bool operator==(const DataConfig&) const = default;
 };
 
 struct TrainConfig {
@@ -47,6 +53,8 @@ struct TrainConfig {
   int eval_every = 50;     // 0 = only at the end
   int eval_batches = 4;
   int check_replicas_every = 100;  // 0 = never
+
+  bool operator==(const TrainConfig&) const = default;
 };
 
 struct LossScaleConfig {
@@ -58,21 +66,29 @@ struct LossScaleConfig {
   int hysteresis = 1;
   double min_scale = 1.0;
   int max_consecutive_skips = 50;
+
+  bool operator==(const LossScaleConfig&) const = default;
 };
 
 struct PrecisionConfig {
   std::string dtype = "fp32";  // fp32 | bf16 | fp16
   LossScaleConfig loss_scale;
+
+  bool operator==(const PrecisionConfig&) const = default;
 };
 
 struct RecomputeConfig {
   std::string policy = "none";  // none | full | every_k | selective
   int k = 2;
+
+  bool operator==(const RecomputeConfig&) const = default;
 };
 
 struct OneBitConfig {
   int freeze_step = 60;
   std::string scale = "mean_abs";  // mean_abs | l2
+
+  bool operator==(const OneBitConfig&) const = default;
 };
 
 struct OptimizerConfig {
@@ -80,11 +96,15 @@ struct OptimizerConfig {
   std::array<double, 2> betas = {0.9, 0.95};
   double eps = 1.0e-8;
   OneBitConfig onebit;
+
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 struct LinkConfig {
   double bandwidth_gbps = 0.0;  // 0 = no emulation
   double latency_us = 0.0;
+
+  bool operator==(const LinkConfig&) const = default;
 };
 
 struct CommConfig {
@@ -93,6 +113,8 @@ struct CommConfig {
   double bucket_mb = 25.0;
   bool overlap = true;
   LinkConfig link;
+
+  bool operator==(const CommConfig&) const = default;
 };
 
 struct ProfileConfig {
@@ -100,12 +122,16 @@ struct ProfileConfig {
   int log_every = 1;
   std::vector<int> trace_steps = {5, 7};  // [first, last] inclusive, or [] for none
   double peak_gflops = 0.0;               // 0 = auto (measured at start); YAML "auto" or > 0
+
+  bool operator==(const ProfileConfig&) const = default;
 };
 
 struct CheckpointConfig {
   int every = 0;  // 0 = never
   int keep = 2;
   std::string resume = "auto";  // auto | never | PATH
+
+  bool operator==(const CheckpointConfig&) const = default;
 };
 
 struct Config {
@@ -120,6 +146,8 @@ struct Config {
   ProfileConfig profile;
   CheckpointConfig checkpoint;
   std::string source_path;  // the file it was read from ("" for defaults)
+
+  bool operator==(const Config&) const = default;
 };
 
 // Reads PATH, applies OVERRIDES ("a.b=VALUE", VALUE read as YAML) and validates everything
@@ -135,5 +163,8 @@ void validate_for_world(const Config& cfg, int world_size);
 std::string config_to_yaml(const Config& cfg);
 // Every valid dotted key ("train.lr", "precision.loss_scale.mode", ...), for docs and hints.
 std::vector<std::string> config_keys();
+// The key reference (one Markdown table per section: key, type, default, range, meaning),
+// generated from the schema; docs/configs.md embeds it and a test keeps the two equal.
+std::string config_reference_markdown();
 
 }  // namespace ringstep

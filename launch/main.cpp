@@ -1,1 +1,59 @@
-int main() { return 0; }
+// `ringstep`: the command line (DESIGN.md "The command"). Bad input of any kind — flags,
+// configs, data files — prints one message and exits with code 2.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "launch/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace ringstep;
+  CLI::App app{"ringstep: a distributed training performance framework (GPT, ring AllReduce, "
+               "profiler)"};
+  app.require_subcommand(1);
+
+  std::string config_path;
+  std::vector<std::string> overrides;
+  CLI::App* train_cmd = app.add_subcommand("train", "Train a GPT from a YAML config");
+  train_cmd->add_option("config", config_path, "Experiment config (YAML)")->required();
+  train_cmd->add_option("--set", overrides, "Override a config key: --set train.lr=1e-3")
+      ->type_name("KEY=VALUE");
+
+  std::string prep_in, prep_out;
+  CLI::App* prep_cmd = app.add_subcommand("prepare", "Turn a text file into byte-level tokens");
+  prep_cmd->add_option("--input", prep_in, "Text file")->required();
+  prep_cmd->add_option("--output", prep_out, "Token file to write")->required();
+
+  BenchCommand bench;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Micro-benchmarks");
+  bench_cmd->require_subcommand(1);
+  add_bench_subcommands(*bench_cmd, bench);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitBadInput;
+  }
+
+  try {
+    if (*train_cmd) return run_train(config_path, overrides, argc, argv);
+    if (*prep_cmd) return run_prepare(prep_in, prep_out);
+    if (*bench_cmd) return run_bench(bench, argc, argv);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "ringstep: error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ringstep: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

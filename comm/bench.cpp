@@ -1,0 +1,272 @@
+#include "comm/bench.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "comm/backoff.h"
+#include "comm/mpi_check.h"
+#include "comm/mpi_communicator.h"
+#include "core/error.h"
+
+namespace ringstep {
+
+size_t parse_size_bytes(const std::string& text) {
+  const auto bad = [&](const std::string& why) {
+    return InputError("bad size '" + text + "': " + why +
+                      " (expected e.g. 4096, 1K, 64M, 1G; K/M/G are powers of 1024)");
+  };
+  size_t i = 0;
+  double number = 0;
+  bool digits = false;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+    number = number * 10 + (text[i++] - '0');
+    digits = true;
+  }
+  if (i < text.size() && text[i] == '.') {
+    double scale = 0.1;
+    for (++i; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+      number += (text[i] - '0') * scale;
+      scale /= 10;
+      digits = true;
+    }
+  }
+  if (!digits) throw bad("no number");
+  std::string unit;
+  for (; i < text.size(); ++i) unit += static_cast<char>(std::toupper(static_cast<unsigned char>(text[i])));
+  static const std::map<std::string, double> units = {
+      {"", 1.0},         {"B", 1.0},           {"K", 1024.0},        {"KB", 1024.0},
+      {"KIB", 1024.0},   {"M", 1048576.0},     {"MB", 1048576.0},    {"MIB", 1048576.0},
+      {"G", 1073741824.0}, {"GB", 1073741824.0}, {"GIB", 1073741824.0}};
+  const auto it = units.find(unit);
+  if (it == units.end()) throw bad("unknown unit '" + text.substr(text.size() - unit.size()) + "'");
+  const double bytes = number * it->second;
+  if (bytes != std::floor(bytes)) throw bad("not a whole number of bytes");
+  if (bytes > 1e15) throw bad("too large");
+  return static_cast<size_t>(bytes);
+}
+
+std::vector<AllreduceAlgo> parse_allreduce_algos(const std::string& csv) {
+  std::vector<AllreduceAlgo> algos;
+  size_t start = 0;
+  while (start <= csv.size()) {
+    const size_t comma = std::min(csv.find(',', start), csv.size());
+    const std::string name = csv.substr(start, comma - start);
+    if (name.empty()) throw InputError("bad --algo '" + csv + "': empty name; expected e.g. ring,native");
+    const AllreduceAlgo algo = parse_allreduce_algo(name);
+    if (std::find(algos.begin(), algos.end(), algo) == algos.end()) algos.push_back(algo);
+    start = comma + 1;
+  }
+  return algos;
+}
+
+std::vector<size_t> bench_sizes(size_t min_bytes, size_t max_bytes, int factor) {
+  if (min_bytes > max_bytes)
+    throw InputError("bench: -b " + std::to_string(min_bytes) + " is larger than -e " +
+                     std::to_string(max_bytes));
+  if (factor < 2 && min_bytes != max_bytes)
+    throw InputError("bench: -f must be at least 2 (got " + std::to_string(factor) + ")");
+  if (min_bytes == 0 && max_bytes > 0) throw InputError("bench: -b must be at least 1 byte");
+  std::vector<size_t> sizes = {min_bytes};
+  if (min_bytes == max_bytes) return sizes;
+  const auto f = static_cast<size_t>(factor);
+  while (sizes.back() <= max_bytes / f) sizes.push_back(sizes.back() * f);
+  return sizes;
+}
+
+double allreduce_busbw_factor(int nranks) {
+  return nranks > 0 ? 2.0 * (nranks - 1) / nranks : 0.0;
+}
+
+namespace {
+
+// Inputs whose sum is exact in any order and any dtype: small integers (|v| <= 4) times a
+// power of two that depends on the position only, so every partial sum is an integer
+// (|.| <= 4N) times that power, representable in bf16 for N <= 64.
+float bench_value(int rank, size_t i) {
+  const int small = static_cast<int>((i + 3 * static_cast<size_t>(rank)) % 9) - 4;
+  return std::ldexp(static_cast<float>(small), static_cast<int>(i % 5) - 2);
+}
+
+void store(DType dt, void* buf, size_t i, float v) {
+  if (dt == DType::f32) {
+    static_cast<float*>(buf)[i] = v;
+  } else {
+    static_cast<uint16_t*>(buf)[i] = dt == DType::f16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
+  }
+}
+
+bool same_bits(DType dt, const void* a, const void* b, size_t i) {
+  const size_t es = dtype_size(dt);
+  return std::memcmp(static_cast<const char*>(a) + i * es, static_cast<const char*>(b) + i * es,
+                     es) == 0;
+}
+
+struct Row {
+  double time_us = 0;
+  long long wrong = 0;
+};
+
+// Algorithms are interleaved iteration by iteration (ring, native, ring, native, ...) so
+// that background load and frequency changes touch both alike and the ratio stays fair.
+class Bench {
+ public:
+  Bench(const AllreduceBenchOptions& opts, MpiCommunicator& comm) : opts_(opts), comm_(comm) {}
+
+  std::vector<Row> measure(size_t count) {
+    const DType dt = opts_.dtype;
+    const size_t bytes = count * dtype_size(dt);
+    input_.resize(bytes);
+    work_.resize(bytes);
+    expected_.resize(bytes);
+    for (size_t i = 0; i < count; ++i) {
+      store(dt, input_.data(), i, bench_value(comm_.rank(), i));
+      double sum = 0;
+      for (int r = 0; r < comm_.size(); ++r) sum += bench_value(r, i);
+      store(dt, expected_.data(), i, static_cast<float>(sum));
+    }
+    RingOptions ring = opts_.ring;
+    ring.average = false;
+    const size_t nalgo = opts_.algos.size();
+    std::vector<std::vector<double>> times(nalgo);
+    std::vector<Row> rows(nalgo);
+    auto iteration = [&](bool check) {
+      for (size_t a = 0; a < nalgo; ++a) {
+        if (bytes) std::memcpy(work_.data(), input_.data(), bytes);
+        comm_.barrier();
+        const int64_t t0 = steady_now_ns();
+        allreduce(comm_, opts_.algos[a], work_.data(), count, dt, ring);
+        times[a].push_back((steady_now_ns() - t0) * 1e-3);
+        if (check) rows[a].wrong = count_wrong(count);
+      }
+    };
+    for (int i = 0; i < std::max(1, opts_.warmup); ++i) iteration(false);
+    int iters = opts_.iters;
+    if (iters <= 0) {  // the same decision on every rank: from the slowest rank's warm-up
+      double est_us = 1.0;
+      for (auto& t : times) est_us = std::max(est_us, slowest_median(t));
+      iters = static_cast<int>(std::clamp(0.25e6 / est_us, 10.0, 1000.0));
+    }
+    for (auto& t : times) t.clear();
+    for (int i = 0; i < iters; ++i) iteration(i == iters - 1);
+    for (size_t a = 0; a < nalgo; ++a) {
+      rows[a].time_us = slowest_median(times[a]);
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rows[a].wrong, 1, MPI_LONG_LONG, MPI_SUM,
+                              comm_.mpi_comm()));
+    }
+    return rows;
+  }
+
+ private:
+  long long count_wrong(size_t count) const {
+    long long wrong = 0;
+    for (size_t i = 0; i < count; ++i)
+      wrong += same_bits(opts_.dtype, work_.data(), expected_.data(), i) ? 0 : 1;
+    return wrong;
+  }
+
+  // Median over iterations of the slowest rank's time for each iteration.
+  double slowest_median(std::vector<double> times) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()),
+                            MPI_DOUBLE, MPI_MAX, comm_.mpi_comm()));
+    std::sort(times.begin(), times.end());
+    const size_t n = times.size();
+    return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  }
+
+  const AllreduceBenchOptions& opts_;
+  MpiCommunicator& comm_;
+  std::vector<std::byte> input_, work_, expected_;
+};
+
+std::string algo_list(const std::vector<AllreduceAlgo>& algos) {
+  std::string s;
+  for (AllreduceAlgo a : algos) s += (s.empty() ? "" : ",") + std::string(allreduce_algo_name(a));
+  return s;
+}
+
+}  // namespace
+
+int run_allreduce_bench(const AllreduceBenchOptions& opts) {
+  const std::vector<size_t> sizes = bench_sizes(opts.min_bytes, opts.max_bytes, opts.factor);
+  if (opts.algos.empty()) throw InputError("bench: --algo lists no algorithm");
+  if (opts.iters < 0 || opts.warmup < 0)
+    throw InputError("bench: --iters and --warmup must be >= 0");
+  MpiSession session(nullptr, nullptr);
+  MpiCommunicator comm(MPI_COMM_WORLD, opts.link);
+  const bool root = comm.rank() == 0;
+
+  std::ofstream json;
+  int json_ok = 1;
+  if (root && !opts.json_path.empty()) {
+    json.open(opts.json_path, std::ios::out | std::ios::trunc);
+    json_ok = json.good() ? 1 : 0;
+  }
+  MPI_CHECK(MPI_Bcast(&json_ok, 1, MPI_INT, 0, comm.mpi_comm()));
+  if (!json_ok) throw InputError("bench: cannot open --json file '" + opts.json_path + "' for writing");
+
+  const int n = comm.size();
+  const double bus = allreduce_busbw_factor(n);
+  const bool ratio = std::find(opts.algos.begin(), opts.algos.end(), AllreduceAlgo::ring) != opts.algos.end() &&
+                     std::find(opts.algos.begin(), opts.algos.end(), AllreduceAlgo::native) != opts.algos.end();
+  if (root) {
+    std::printf("# ringstep bench allreduce: %d ranks (%d on this node), dtype %s, algos %s\n", n,
+                comm.local_size(), dtype_name(opts.dtype), algo_list(opts.algos).c_str());
+    std::printf("# warmup %d, iters %s, ring sub-chunk %zu B, window %d, recursive doubling <= %zu B\n",
+                std::max(1, opts.warmup), opts.iters ? std::to_string(opts.iters).c_str() : "auto",
+                opts.ring.chunk_bytes, opts.ring.window, opts.ring.small_bytes);
+    if (link_enabled(opts.link))
+      std::printf("# link emulation ON: %.3g Gb/s, %.3g us latency\n", opts.link.bandwidth_gbps,
+                  opts.link.latency_us);
+    std::printf("# time = median over iterations of the slowest rank (barrier before each);"
+                " algbw = bytes/time; busbw = algbw*2(n-1)/n; GB = 1e9 B\n");
+    std::printf("#%11s %12s %6s %7s %12s %12s %12s %7s%s\n", "size(B)", "count", "type", "algo",
+                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", ratio ? "  ring/native" : "");
+    std::fflush(stdout);
+  }
+
+  Bench bench(opts, comm);
+  long long total_wrong = 0;
+  for (size_t size : sizes) {
+    const size_t count = size / dtype_size(opts.dtype);
+    const size_t bytes = count * dtype_size(opts.dtype);
+    const std::vector<Row> rows = bench.measure(count);
+    std::map<AllreduceAlgo, double> busbw;
+    for (size_t a = 0; a < rows.size(); ++a)
+      busbw[opts.algos[a]] = rows[a].time_us > 0 ? bytes / (rows[a].time_us * 1e3) * bus : 0.0;
+    for (size_t a = 0; a < rows.size(); ++a) {
+      const AllreduceAlgo algo = opts.algos[a];
+      const Row& row = rows[a];
+      total_wrong += row.wrong;
+      const double algbw = row.time_us > 0 ? bytes / (row.time_us * 1e3) : 0.0;
+      if (!root) continue;
+      std::string ratio_text;
+      if (ratio && algo == AllreduceAlgo::ring && busbw[AllreduceAlgo::native] > 0) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "  %11.3f", busbw[AllreduceAlgo::ring] / busbw[AllreduceAlgo::native]);
+        ratio_text = buf;
+      }
+      std::printf(" %11zu %12zu %6s %7s %12.2f %12.3f %12.3f %7lld%s\n", bytes, count,
+                  dtype_name(opts.dtype), allreduce_algo_name(algo), row.time_us, algbw,
+                  busbw[algo], row.wrong, ratio_text.c_str());
+      std::fflush(stdout);
+      if (json.is_open()) {
+        const nlohmann::json j = {{"algo", allreduce_algo_name(algo)}, {"dtype", dtype_name(opts.dtype)},
+                                  {"ranks", n},          {"bytes", bytes},
+                                  {"count", count},      {"time_us", row.time_us},
+                                  {"algbw_gbs", algbw},  {"busbw_gbs", busbw[algo]},
+                                  {"wrong", row.wrong}};
+        json << j.dump() << '\n' << std::flush;
+      }
+    }
+  }
+  if (root && total_wrong) std::printf("# %lld wrong values\n", total_wrong);
+  return total_wrong ? 1 : 0;
+}
+
+}  // namespace ringstep

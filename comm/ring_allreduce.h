@@ -1,0 +1,56 @@
+// ringstep's own AllReduce over point-to-point messages (Patarasuk & Yuan 2009; the
+// Baidu/Horovod ring): a reduce-scatter then an allgather, N-1 steps each, in place.
+//
+// Segment k of the buffer is shard_of(count, N, k) (communicator.h). At step s (0-based,
+// s < 2(N-1)) rank r sends segment (r-s-1) mod N to rank r+1 and receives segment
+// (r-s-2) mod N from rank r-1; in the first N-1 steps it adds what it receives into its
+// copy, in the last N-1 it overwrites. After the reduce-scatter half rank r therefore owns
+// the complete sum of segment r (shard_of(count, N, r)), which is what the allgather half
+// starts from. Each segment is cut into the same number of sub-chunks (~chunk_bytes) and the
+// steps run as one pipeline: sub-chunk j of step s+1 leaves as soon as sub-chunk j of step s
+// is reduced, while `window` sub-chunks are in flight each way (2 = double buffering), so the
+// reduction of one sub-chunk overlaps the transfer of the next.
+//
+// fp16/bf16 are reduced in fp32 at every hop and rounded back to nearest even. Every rank
+// ends with bitwise identical values. Messages of at most small_bytes take a latency-optimal
+// path instead: recursive doubling (one exchange for 2 ranks; Thakur et al. 2005, with the
+// non-power-of-two fold), also our own point-to-point code.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace ringstep {
+
+enum class AllreduceAlgo { ring, native };
+const char* allreduce_algo_name(AllreduceAlgo algo);  // "ring" | "native"
+AllreduceAlgo parse_allreduce_algo(const std::string& name);  // throws InputError
+
+struct RingOptions {
+  bool average = false;            // divide the sum by the world size (in the last hop)
+  size_t chunk_bytes = 128 << 10;  // pipelining sub-chunk
+  int window = 2;                  // sub-chunks in flight per direction
+  size_t small_bytes = 16 << 10;   // at or below: recursive doubling (ring_allreduce only)
+  int tag = 0x5249;                // point-to-point tag of ring messages
+};
+
+void ring_allreduce(Communicator& comm, void* buf, size_t count, DType dt,
+                    const RingOptions& opt = {});
+// The halves on their own (same layout and contracts as Communicator::reduce_scatter and
+// Communicator::allgather; `average` applies to the reduce-scatter).
+void ring_reduce_scatter(Communicator& comm, void* buf, size_t count, DType dt,
+                         const RingOptions& opt = {});
+void ring_allgather(Communicator& comm, void* buf, size_t count, DType dt,
+                    const RingOptions& opt = {});
+
+// AllReduce by the chosen algorithm: ring_allreduce, or the transport's own
+// (Communicator::allreduce, then a division when averaging).
+void allreduce(Communicator& comm, AllreduceAlgo algo, void* buf, size_t count, DType dt,
+               const RingOptions& opt = {});
+
+// Sub-chunks per segment: ceil(largest segment bytes / chunk_bytes), at least 1.
+size_t ring_chunks_per_segment(size_t count, int nranks, DType dt, size_t chunk_bytes);
+
+}  // namespace ringstep

@@ -1,0 +1,141 @@
+// Bit-exact software conversions plus vectorised array loops. The scalar functions define
+// the results; the array versions must reproduce them bit for bit, including NaN payloads,
+// which is why NaNs are quieted the way x86 F16C quiets them (quiet bit set, payload
+// truncated or widened, sign kept).
+#include "core/dtype.h"
+
+#include <bit>
+
+#include "core/error.h"
+
+#if defined(__F16C__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace ringstep {
+
+size_t dtype_size(DType dt) { return dt == DType::f32 ? 4 : 2; }
+
+const char* dtype_name(DType dt) {
+  switch (dt) {
+    case DType::f32:
+      return "fp32";
+    case DType::f16:
+      return "fp16";
+    case DType::bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+DType parse_dtype(const std::string& name) {
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    if (name == dtype_name(dt)) return dt;
+  }
+  throw InputError("unknown dtype '" + name + "'; expected one of: fp32, fp16, bf16");
+}
+
+uint16_t fp32_to_fp16(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t abs = bits & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return sign | 0x7E00u | ((abs >> 13) & 0x3FFu);  // NaN, quieted
+  // 65520 = 0x477FF000 is halfway between 65504 (max fp16) and 2^16: ties go to the even
+  // neighbour, which is the overflow. Infinity lands here too.
+  if (abs >= 0x477FF000u) return sign | 0x7C00u;
+  if (abs < 0x38800000u) {                // below 2^-14: fp16 subnormal or zero
+    if (abs <= 0x33000000u) return sign;  // at most 2^-25, half the smallest subnormal
+    // Value = m * 2^(e-150); in units of 2^-24 that is m >> (126 - e), shift in [14, 24].
+    const uint32_t m = (abs & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126u - (abs >> 23);
+    uint32_t r = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) ++r;  // may carry into the smallest normal
+    return static_cast<uint16_t>(sign | r);
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped bits to nearest even;
+  // a mantissa carry correctly bumps the exponent.
+  const uint32_t rebiased = abs - 0x38000000u;
+  return static_cast<uint16_t>(sign | ((rebiased + 0xFFFu + ((rebiased >> 13) & 1u)) >> 13));
+}
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  const uint32_t mant = h & 0x3FFu;
+  if (exp == 0x1F) {
+    const uint32_t nan_bits = mant ? 0x7FC00000u | (mant << 13) : 0x7F800000u;
+    return std::bit_cast<float>(sign | nan_bits);
+  }
+  if (exp == 0) {
+    // mant * 2^-24 is exact in fp32, so no normalisation loop is needed.
+    const float mag = static_cast<float>(mant) * 0x1p-24f;
+    return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(mag));
+  }
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+uint16_t fp32_to_bf16(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  // Truncating a NaN whose payload sits in the low 16 bits would give inf; setting the
+  // quiet bit keeps it a NaN.
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  // Round to nearest even on the 16 dropped bits; overflow carries into inf, subnormals
+  // need no special case because bf16 shares fp32's exponent.
+  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+float bf16_to_fp32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+// GCC 12 warns that _mm512_cvtps_ph and _mm512_cvtph_ps read an uninitialised vector
+// (their own _mm*_undefined_* placeholder, GCC bug 105593); the warning is spurious.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+void fp32_to_fp16(const float* in, uint16_t* out, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__) || defined(__AVX512F__)
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+#endif
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(in + i), kRound);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), h);
+  }
+#elif defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), kRound);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+#endif
+  for (; i < n; ++i) out[i] = fp32_to_fp16(in[i]);
+}
+
+void fp16_to_fp32(const uint16_t* in, float* out, size_t n) {
+  size_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(h));
+  }
+#elif defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) out[i] = fp16_to_fp32(in[i]);
+}
+#pragma GCC diagnostic pop
+
+// bf16 has no usable x86 instruction: AVX512-BF16's vcvtneps2bf16 flushes subnormals to
+// zero. The scalar bodies are branch-free enough for the compiler to vectorise.
+void fp32_to_bf16(const float* in, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = fp32_to_bf16(in[i]);
+}
+
+void bf16_to_fp32(const uint16_t* in, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(in[i]);
+}
+
+}  // namespace ringstep

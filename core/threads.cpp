@@ -1,0 +1,62 @@
+#include "core/threads.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+
+#ifdef RINGSTEP_HAVE_BLAS
+extern "C" void openblas_set_num_threads(int num_threads);
+#endif
+
+namespace ringstep {
+
+int hardware_threads() {
+  // The affinity mask honours taskset, cgroup cpusets and mpirun --bind-to, which
+  // hardware_concurrency() does not.
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int resolve_threads(int requested, int local_ranks, int hardware) {
+  if (requested < 0) {
+    throw InputError("threads must be a positive integer or auto (0), got " +
+                     std::to_string(requested));
+  }
+  if (requested > 0) return requested;
+  return std::max(1, hardware / std::max(1, local_ranks));
+}
+
+int resolve_threads(int requested, int local_ranks) {
+  return resolve_threads(requested, local_ranks, hardware_threads());
+}
+
+int local_rank_count() {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    const char* value = std::getenv(var);
+    if (value == nullptr) continue;
+    char* end = nullptr;
+    const long n = std::strtol(value, &end, 10);
+    // Trailing text is ignored, so a Slurm task list such as "2(x3)" still yields 2.
+    if (end != value && n > 0 && n < (1 << 20)) return static_cast<int>(n);
+  }
+  return 1;
+}
+
+void set_compute_threads(int n) {
+  omp_set_num_threads(n);
+  Eigen::setNbThreads(n);
+#ifdef RINGSTEP_HAVE_BLAS
+  openblas_set_num_threads(n);
+#endif
+}
+
+}  // namespace ringstep

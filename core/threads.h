@@ -1,0 +1,21 @@
+// How many compute threads each rank uses. With several ranks on one node, "auto" splits
+// the node's cores evenly between them so that OpenMP, Eigen and OpenBLAS do not
+// oversubscribe. set_compute_threads is process-wide: call it once at start, before any
+// parallel region.
+#pragma once
+
+namespace ringstep {
+
+// CPUs this process may run on (affinity mask), at least 1.
+int hardware_threads();
+// requested > 0 is used as is; 0 means auto: max(1, hardware / local_ranks).
+// Throws InputError for a negative request.
+int resolve_threads(int requested, int local_ranks);
+int resolve_threads(int requested, int local_ranks, int hardware);
+// Ranks on this node, from the launcher's environment (Open MPI, MPICH/Hydra, Slurm);
+// 1 when none is set or the value is not a positive integer.
+int local_rank_count();
+// Sets OpenMP, Eigen and (when linked) OpenBLAS to n threads each.
+void set_compute_threads(int n);
+
+}  // namespace ringstep

@@ -1,0 +1,24 @@
+// The subcommands behind launch/main.cpp, one function each, so main stays a table of
+// flags. Each returns the process exit code; bad input throws InputError (exit 2).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace ringstep {
+
+struct BenchCommand {
+  std::string which;  // "allreduce"
+  std::string algos = "ring,native";
+  std::string min_size = "1K", max_size = "64M", dtype = "fp32", json_path;
+  int factor = 4, iters = 0, warmup = 0;
+};
+
+void add_bench_subcommands(CLI::App& bench, BenchCommand& opts);
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides,
+              int argc, char** argv);
+int run_prepare(const std::string& input, const std::string& output);
+int run_bench(const BenchCommand& opts, int argc, char** argv);
+
+}  // namespace ringstep

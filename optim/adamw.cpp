@@ -1,0 +1,38 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+namespace ringstep {
+
+AdamW::AdamW(const Registry& reg, const AdamWParams& hp)
+    : reg_(reg), hp_(hp), m_(reg.total_numel()), v_(reg.total_numel()) {}
+
+void AdamW::step(float* params, const float* grads, double lr, double grad_scale) {
+  ++t_;
+  const float b1 = float(hp_.beta1), b2 = float(hp_.beta2), eps = float(hp_.eps);
+  const float gs = float(grad_scale);
+  // Bias corrections folded into the step size and eps (Kingma & Ba 2015, sec. 2).
+  const double c1 = 1.0 - std::pow(hp_.beta1, double(t_));
+  const double c2 = 1.0 - std::pow(hp_.beta2, double(t_));
+  const float step_size = float(lr / c1);
+  const float inv_sqrt_c2 = float(1.0 / std::sqrt(c2));
+  float* m = m_.data();
+  float* v = v_.data();
+  for (const TensorInfo& t : reg_.tensors()) {
+    const float decay = t.decay ? float(lr * hp_.weight_decay) : 0.0f;
+    float* __restrict p = params + t.offset;
+    const float* __restrict g = grads + t.offset;
+    float* __restrict mt = m + t.offset;
+    float* __restrict vt = v + t.offset;
+#pragma omp simd
+    for (size_t i = 0; i < t.numel; ++i) {
+      const float gi = g[i] * gs;
+      mt[i] = b1 * mt[i] + (1.0f - b1) * gi;
+      vt[i] = b2 * vt[i] + (1.0f - b2) * gi * gi;
+      const float denom = std::sqrt(vt[i]) * inv_sqrt_c2 + eps;
+      p[i] -= step_size * mt[i] / denom + decay * p[i];
+    }
+  }
+}
+
+}  // namespace ringstep

@@ -1,0 +1,35 @@
+// AdamW (Loshchilov & Hutter 2019): bias-corrected moments, decoupled weight decay applied
+// only to tensors the registry marks `decay` (not LayerNorm weights, not biases). Moments
+// are fp32 flat buffers laid out by the parameters' registry.
+#pragma once
+
+#include <cstdint>
+
+#include "core/registry.h"
+
+namespace ringstep {
+
+struct AdamWParams {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+};
+
+class AdamW {
+ public:
+  AdamW(const Registry& reg, const AdamWParams& hp);
+  // One update: grads are multiplied by GRAD_SCALE first (unscaling and clipping in one
+  // factor), then params -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * params).
+  void step(float* params, const float* grads, double lr, double grad_scale);
+  int64_t step_count() const { return t_; }
+  void set_step_count(int64_t t) { t_ = t; }
+  FlatBuffer& m() { return m_; }
+  FlatBuffer& v() { return v_; }
+  size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
+
+ private:
+  const Registry& reg_;
+  AdamWParams hp_;
+  FlatBuffer m_, v_;
+  int64_t t_ = 0;
+};
+
+}  // namespace ringstep

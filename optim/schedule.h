@@ -1,0 +1,18 @@
+// Learning-rate schedules: linear warmup from lr/warmup to lr over warmup_steps, then
+// cosine | linear decay to lr * min_lr_ratio at `steps`, or constant. Steps are 0-based.
+#pragma once
+
+#include <string>
+
+namespace ringstep {
+
+struct LrSchedule {
+  std::string kind = "cosine";  // cosine | linear | constant
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;
+  int warmup_steps = 0;
+  int steps = 1;
+  double at(int step) const;
+};
+
+}  // namespace ringstep

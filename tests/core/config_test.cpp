@@ -1,0 +1,406 @@
+#include "core/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ringstep {
+namespace {
+
+// The InputError message parse_config throws, or "" when it accepts the text.
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_config(yaml, "x.yaml", overrides);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Config parse(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  return parse_config(yaml, "x.yaml", overrides);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Config, DefaultsWhenKeysAbsent) {
+  Config cfg = parse("run:\n  name: other\ntrain:\n  steps: 10\n");
+  Config expected;
+  expected.source_path = "x.yaml";
+  expected.run.name = "other";
+  expected.train.steps = 10;
+  EXPECT_EQ(cfg, expected);
+  EXPECT_EQ(cfg.optimizer.betas, (std::array<double, 2>{0.9, 0.95}));
+  EXPECT_EQ(cfg.profile.trace_steps, (std::vector<int>{5, 7}));
+  EXPECT_EQ(cfg.precision.loss_scale.initial, 65536.0);
+}
+
+TEST(Config, EmptyFileAndEmptySectionsAreDefaults) {
+  Config expected;
+  expected.source_path = "x.yaml";
+  EXPECT_EQ(parse(""), expected);
+  EXPECT_EQ(parse("# only a comment\n"), expected);
+  EXPECT_EQ(parse("train:\nmodel:\n"), expected);
+}
+
+TEST(Config, UnknownKeySuggestsNearestInSection) {
+  EXPECT_EQ(error_of("train:\n  steps: 5\n  lrr: 0.1\n"),
+            "x.yaml:3:3: unknown key 'train.lrr'; did you mean 'train.lr'?");
+  EXPECT_EQ(error_of("train: {warmup: 3}\n"),
+            "x.yaml:1:9: unknown key 'train.warmup'; did you mean 'train.warmup_steps'?");
+  EXPECT_EQ(error_of("precision:\n  loss_scale:\n    growth_factr: 2\n"),
+            "x.yaml:3:5: unknown key 'precision.loss_scale.growth_factr'; "
+            "did you mean 'precision.loss_scale.growth_factor'?");
+}
+
+TEST(Config, UnknownKeySuggestsKeyOfAnotherSection) {
+  EXPECT_EQ(error_of("train:\n  betas: [0.9, 0.99]\n"),
+            "x.yaml:2:3: unknown key 'train.betas'; did you mean 'optimizer.betas'?");
+  EXPECT_EQ(error_of("trian:\n  lr: 1\n"),
+            "x.yaml:1:1: unknown key 'trian'; did you mean 'train'?");
+}
+
+TEST(Config, UnknownKeyWithoutNearNameListsSection) {
+  EXPECT_EQ(error_of("recompute: {zzzzzz: 1}\n"),
+            "x.yaml:1:13: unknown key 'recompute.zzzzzz'; valid keys in 'recompute': policy, k");
+  EXPECT_EQ(error_of("foo: 1\n").rfind("x.yaml:1:1: unknown key 'foo'; valid sections: run, ", 0),
+            0u);
+}
+
+TEST(Config, WrongTypeNamesKeyAndValue) {
+  EXPECT_EQ(error_of("train:\n  steps: abc\n"),
+            "x.yaml:2:10: 'train.steps' must be an integer, got 'abc'");
+  EXPECT_EQ(error_of("train:\n  steps: 1.5\n"),
+            "x.yaml:2:10: 'train.steps' must be an integer, got '1.5'");
+  EXPECT_EQ(error_of("train: {lr: fast}\n"),
+            "x.yaml:1:13: 'train.lr' must be a number, got 'fast'");
+  EXPECT_EQ(error_of("comm: {overlap: maybe}\n"),
+            "x.yaml:1:17: 'comm.overlap' must be true or false, got 'maybe'");
+  EXPECT_EQ(error_of("run: {seed: -1}\n"),
+            "x.yaml:1:13: 'run.seed' must be a non-negative integer, got '-1'");
+  EXPECT_EQ(error_of("train: {steps: [1, 2]}\n"),
+            "x.yaml:1:16: 'train.steps' must be an integer, got a list");
+  EXPECT_EQ(error_of("run: {name: ''}\n"),
+            "x.yaml:1:13: 'run.name' must be a non-empty string, got ''");
+}
+
+TEST(Config, NullValueIsLocatedAtItsKey) {
+  EXPECT_EQ(error_of("train:\n  steps:\nmodel: {}\n"),
+            "x.yaml:2:3: 'train.steps' must be an integer, got null");
+}
+
+TEST(Config, OutOfRangeNamesBound) {
+  EXPECT_EQ(error_of("model:\n  n_layers: 0\n"),
+            "x.yaml:2:13: 'model.n_layers' must be >= 1, got 0");
+  EXPECT_EQ(error_of("model: {vocab_size: 70000}\n"),
+            "x.yaml:1:21: 'model.vocab_size' must be in [2, 65536], got 70000");
+  EXPECT_EQ(error_of("train: {steps: 99999999999}\n"),
+            "x.yaml:1:16: 'train.steps' must be a 32-bit integer, got 99999999999");
+  EXPECT_EQ(error_of("train: {lr: .inf}\n"),
+            "x.yaml:1:13: 'train.lr' must be a number, got '.inf'");
+}
+
+// One violation per range rule in the schema: (yaml, the expected "must be ..." tail).
+TEST(Config, EveryRangeRuleRejects) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model: {seq_len: 0}", "'model.seq_len' must be >= 1, got 0"},
+      {"model: {vocab_size: 1}", "'model.vocab_size' must be in [2, 65536], got 1"},
+      {"train: {lr: 0}", "'train.lr' must be > 0, got 0"},
+      {"train: {grad_clip: -1}", "'train.grad_clip' must be >= 0, got -1"},
+      {"train: {warmup_steps: -1}", "'train.warmup_steps' must be >= 0, got -1"},
+      {"train: {min_lr_ratio: 1.5}", "'train.min_lr_ratio' must be in [0, 1], got 1.5"},
+      {"precision: {loss_scale: {initial: 0}}",
+       "'precision.loss_scale.initial' must be > 0, got 0"},
+      {"precision: {loss_scale: {growth_factor: 1}}",
+       "'precision.loss_scale.growth_factor' must be > 1, got 1"},
+      {"precision: {loss_scale: {backoff_factor: 1}}",
+       "'precision.loss_scale.backoff_factor' must be in (0, 1), got 1"},
+      {"precision: {loss_scale: {backoff_factor: 0}}",
+       "'precision.loss_scale.backoff_factor' must be in (0, 1), got 0"},
+      {"precision: {loss_scale: {growth_interval: 0}}",
+       "'precision.loss_scale.growth_interval' must be >= 1, got 0"},
+      {"precision: {loss_scale: {hysteresis: 0}}",
+       "'precision.loss_scale.hysteresis' must be >= 1, got 0"},
+      {"precision: {loss_scale: {min_scale: 0}}",
+       "'precision.loss_scale.min_scale' must be > 0, got 0"},
+      {"precision: {loss_scale: {max_consecutive_skips: 0}}",
+       "'precision.loss_scale.max_consecutive_skips' must be >= 1, got 0"},
+      {"recompute: {k: 0}", "'recompute.k' must be >= 1, got 0"},
+      {"optimizer: {betas: [0.9, 1.0]}",
+       "'optimizer.betas' must be a list of 2 numbers each in [0, 1), got 1.0"},
+      {"optimizer: {betas: [-0.1, 0.9]}",
+       "'optimizer.betas' must be a list of 2 numbers each in [0, 1), got -0.1"},
+      {"optimizer: {eps: 0}", "'optimizer.eps' must be > 0, got 0"},
+      {"comm: {bucket_mb: 0}", "'comm.bucket_mb' must be > 0, got 0"},
+      {"comm: {link: {bandwidth_gbps: -1}}", "'comm.link.bandwidth_gbps' must be >= 0, got -1"},
+      {"comm: {link: {latency_us: -1}}", "'comm.link.latency_us' must be >= 0, got -1"},
+      {"profile: {log_every: 0}", "'profile.log_every' must be >= 1, got 0"},
+      {"checkpoint: {keep: 0}", "'checkpoint.keep' must be >= 1, got 0"},
+      {"run: {threads: 0}", "'run.threads' must be auto or >= 1, got 0"},
+      {"profile: {peak_gflops: 0}", "'profile.peak_gflops' must be auto or > 0, got 0"},
+  };
+  for (const auto& [yaml, tail] : cases) {
+    std::string err = error_of(yaml + "\n");
+    EXPECT_TRUE(err.starts_with("x.yaml:1:") && err.ends_with(": " + tail))
+        << yaml << "\n  got: " << err;
+  }
+}
+
+TEST(Config, EnumListsChoicesAndSuggests) {
+  EXPECT_EQ(error_of("train: {schedule: cosin}\n"),
+            "x.yaml:1:19: 'train.schedule' must be one of cosine, linear, constant, got 'cosin'; "
+            "did you mean 'cosine'?");
+  EXPECT_EQ(error_of("precision: {dtype: int8}\n"),
+            "x.yaml:1:20: 'precision.dtype' must be one of fp32, bf16, fp16, got 'int8'");
+}
+
+TEST(Config, ListAndAutoValues) {
+  Config cfg = parse(
+      "run: {threads: 3}\noptimizer: {betas: [0.8, 0.999]}\n"
+      "profile: {trace_steps: [], peak_gflops: 120.5}\n");
+  EXPECT_EQ(cfg.run.threads, 3);
+  EXPECT_EQ(cfg.optimizer.betas, (std::array<double, 2>{0.8, 0.999}));
+  EXPECT_TRUE(cfg.profile.trace_steps.empty());
+  EXPECT_EQ(cfg.profile.peak_gflops, 120.5);
+  cfg = parse("run: {threads: auto}\nprofile: {trace_steps: [3, 3], peak_gflops: auto}\n");
+  EXPECT_EQ(cfg.run.threads, 0);
+  EXPECT_EQ(cfg.profile.trace_steps, (std::vector<int>{3, 3}));
+  EXPECT_EQ(cfg.profile.peak_gflops, 0.0);
+  EXPECT_EQ(error_of("profile: {trace_steps: [7, 5]}\n"),
+            "x.yaml:1:24: 'profile.trace_steps' must be [] or [first, last] with 0 < first <= "
+            "last, got [7, 5]");
+  EXPECT_EQ(error_of("profile: {trace_steps: [0, 5]}\n"),
+            "x.yaml:1:24: 'profile.trace_steps' must be [] or [first, last] with 0 < first <= "
+            "last, got [0, 5]");
+  EXPECT_EQ(error_of("optimizer: {betas: [0.9]}\n"),
+            "x.yaml:1:20: 'optimizer.betas' must be a list of 2 numbers, got [0.9]");
+  EXPECT_EQ(error_of("run: {threads: many}\n"),
+            "x.yaml:1:16: 'run.threads' must be auto or an integer, got 'many'");
+  EXPECT_EQ(parse("data: {path: null}\n").data.path, "");
+  EXPECT_EQ(parse("data: {source: file, path: tokens.bin}\n").data.path, "tokens.bin");
+}
+
+TEST(Config, StructureErrorsHavePositions) {
+  EXPECT_EQ(error_of("train: 5\n"), "x.yaml:1:8: 'train' must be a map of keys, got '5'");
+  EXPECT_EQ(error_of("precision:\n  loss_scale: [1]\n"),
+            "x.yaml:2:15: 'precision.loss_scale' must be a map of keys, got a list");
+  EXPECT_EQ(error_of("- run\n- model\n"),
+            "x.yaml:1:1: the top level must be a map of sections, got a list");
+  EXPECT_EQ(error_of("just text\n"),
+            "x.yaml:1:1: the top level must be a map of sections, got 'just text'");
+  EXPECT_EQ(error_of("train:\n  steps: 1\n  steps: 2\n"),
+            "x.yaml:3:3: 'train.steps' is set twice (first at x.yaml:2:3)");
+  EXPECT_TRUE(error_of("train.lr: 1\n").starts_with("x.yaml:1:1: 'train.lr' is not a key here"));
+}
+
+TEST(Config, YamlSyntaxErrorHasPosition) {
+  EXPECT_EQ(error_of("train: {steps: 5\nmodel: {}\n"),
+            "x.yaml:2:6: YAML syntax error: end of map flow not found");
+  EXPECT_TRUE(error_of("train:\n  steps: [1, 2\n").starts_with("x.yaml:"));
+  EXPECT_TRUE(error_of("a: b: c\n").starts_with("x.yaml:1:5: YAML syntax error: "));
+}
+
+TEST(Config, CrossFieldChecksNameBothKeys) {
+  EXPECT_EQ(error_of("model:\n  d_model: 130\n"),
+            "x.yaml:2:12: 'model.d_model' (130) must be divisible by 'model.n_heads' (4)");
+  EXPECT_EQ(error_of("model:\n  d_model: 128\n  n_heads: 5\n"),
+            "x.yaml:3:12: 'model.d_model' (128) must be divisible by 'model.n_heads' (5)");
+  EXPECT_EQ(error_of("data:\n  source: file\n"),
+            "x.yaml:2:11: 'data.source' is file but 'data.path' is not set");
+  EXPECT_EQ(error_of("precision: {loss_scale: {initial: 4, min_scale: 8}}\n"),
+            "x.yaml:1:49: 'precision.loss_scale.min_scale' (8.0) must be <= "
+            "'precision.loss_scale.initial' (4.0)");
+  // warmup may exceed steps (the schedule never leaves warmup), so short smoke runs work.
+  EXPECT_EQ(error_of("train: {steps: 5, warmup_steps: 30}\n"), "");
+  EXPECT_EQ(parse("model: {d_model: 96, n_heads: 3}\n").model.d_model, 96);  // odd head dim ok
+}
+
+TEST(Config, MissingFileNamesFileAndReason) {
+  try {
+    load_config("/nonexistent/ringstep.yaml");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "cannot read config '/nonexistent/ringstep.yaml': No such file or directory");
+  }
+  EXPECT_THROW(load_config(RINGSTEP_SOURCE_DIR "/configs"), InputError);  // a directory
+}
+
+TEST(Config, OverridesApplyAfterTheFile) {
+  Config cfg = parse("train: {lr: 0.1, steps: 10}\n",
+                     {"train.lr=2.5e-4", "profile.trace_steps=[5,9]", "run.threads=auto",
+                      "optimizer.betas=[0.5, 0.6]", "comm.overlap=false", "data.val_path=v.bin"});
+  EXPECT_EQ(cfg.train.lr, 2.5e-4);
+  EXPECT_EQ(cfg.train.steps, 10);
+  EXPECT_EQ(cfg.profile.trace_steps, (std::vector<int>{5, 9}));
+  EXPECT_EQ(cfg.run.threads, 0);
+  EXPECT_EQ(cfg.optimizer.betas, (std::array<double, 2>{0.5, 0.6}));
+  EXPECT_FALSE(cfg.comm.overlap);
+  EXPECT_EQ(cfg.data.val_path, "v.bin");
+  EXPECT_EQ(parse("", {"profile.trace_steps=[]"}).profile.trace_steps, std::vector<int>{});
+  EXPECT_EQ(parse("run: {threads: 4}\n", {"run.threads=auto"}).run.threads, 0);
+  EXPECT_EQ(parse("", {"train.steps=1", "train.steps=2"}).train.steps, 2);  // last one wins
+  Config section = parse("", {"train={steps: 7, lr: 0.5}"});
+  EXPECT_EQ(section.train.steps, 7);
+  EXPECT_EQ(section.train.lr, 0.5);
+}
+
+TEST(Config, OverrideErrorsNameTheFlag) {
+  EXPECT_EQ(error_of("", {"train.lrr=1"}),
+            "--set train.lrr=1: unknown key 'train.lrr'; did you mean 'train.lr'?");
+  EXPECT_EQ(error_of("", {"train.lr"}),
+            "--set train.lr: expected KEY=VALUE, e.g. --set train.lr=1e-3");
+  EXPECT_EQ(error_of("", {"=3"}), "--set =3: expected KEY=VALUE, e.g. --set train.lr=1e-3");
+  EXPECT_EQ(error_of("", {"train.steps=abc"}),
+            "--set train.steps: 'train.steps' must be an integer, got 'abc'");
+  EXPECT_EQ(error_of("", {"model.n_layers=0"}),
+            "--set model.n_layers: 'model.n_layers' must be >= 1, got 0");
+  EXPECT_EQ(error_of("", {"profile.trace_steps=[5,"}),
+            "--set profile.trace_steps=[5,: VALUE is not valid YAML: end of sequence flow not "
+            "found");
+  EXPECT_EQ(error_of("", {"train={lrr: 1}"}),
+            "--set train: unknown key 'train.lrr'; did you mean 'train.lr'?");
+  // A cross-field violation caused by an override points at the override.
+  EXPECT_EQ(error_of("model: {d_model: 128}\n", {"model.n_heads=5"}),
+            "--set model.n_heads: 'model.d_model' (128) must be divisible by 'model.n_heads' (5)");
+}
+
+TEST(Config, RoundTripDefaults) {
+  Config defaults;
+  Config back = parse_config(config_to_yaml(defaults), "");
+  EXPECT_EQ(back, defaults);
+}
+
+TEST(Config, RoundTripEveryKeyChanged) {
+  Config c;
+  c.source_path = "effective.yaml";
+  c.run = {"yes", "out dir/with: colon", 18446744073709551615ull, "cuda", 7};
+  c.model = {1000, 64, 96, 3, 3};
+  c.data = {"file", "123", "val.bin"};
+  c.train = {11, 3, 5, 45, 1.0 / 3.0, 0.0, 2, "linear", 0.0, 0.0, 0, 1, 0};
+  c.precision.dtype = "fp16";
+  c.precision.loss_scale = {"static", 1e30, 1.0000001, 1e-300, 1, 2, 5e-324, 1};
+  c.recompute = {"every_k", 3};
+  c.optimizer = {"onebit_adam", {0.0, 0.1 + 0.2}, 1e-12, {0, "l2"}};
+  c.comm = {"nccl", "native", 0.001, false, {12.5, 3.0}};
+  c.profile = {false, 10, {}, 989.5};
+  c.checkpoint = {100, 1, "never"};
+  std::string yaml = config_to_yaml(c);
+  Config back = parse_config(yaml, "effective.yaml");
+  EXPECT_EQ(back, c) << yaml;
+  EXPECT_EQ(config_to_yaml(back), yaml);
+}
+
+TEST(Config, EmittedYamlListsEveryKeyInDesignOrder) {
+  std::string yaml = config_to_yaml(Config{});
+  size_t last = 0;
+  for (const char* section : {"run:", "model:", "data:", "train:", "precision:", "recompute:",
+                              "optimizer:", "comm:", "profile:", "checkpoint:"}) {
+    size_t at = yaml.find(std::string("\n") + section);
+    if (std::string(section) == "run:") at = yaml.rfind(section, 0);
+    ASSERT_NE(at, std::string::npos) << section;
+    EXPECT_GE(at, last) << section;
+    last = at;
+  }
+  EXPECT_NE(yaml.find("  threads: auto\n"), std::string::npos);
+  EXPECT_NE(yaml.find("  path: null\n"), std::string::npos);
+  EXPECT_NE(yaml.find("  betas: [0.9, 0.95]\n"), std::string::npos);
+  EXPECT_NE(yaml.find("  eps: 1.0e-08\n"), std::string::npos);
+  EXPECT_NE(yaml.find("    growth_interval: 2000\n"), std::string::npos);
+}
+
+TEST(Config, KeysAreUniqueAndSectionsContiguous) {
+  std::vector<std::string> keys = config_keys();
+  EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());
+  EXPECT_EQ(keys.front(), "run.name");
+  std::set<std::string> closed;
+  std::string current;
+  for (const std::string& k : keys) {
+    std::string section = k.substr(0, k.rfind('.'));
+    if (section != current) {
+      EXPECT_FALSE(closed.count(section)) << k << " is apart from the rest of " << section;
+      closed.insert(current);
+      current = section;
+    }
+  }
+}
+
+TEST(Config, ShippedConfigsLoad) {
+  Config tiny = load_config(RINGSTEP_SOURCE_DIR "/configs/tiny.yaml");
+  Config defaults;
+  defaults.source_path = tiny.source_path;
+  EXPECT_EQ(tiny, defaults);  // tiny.yaml spells out the defaults
+  EXPECT_EQ(tiny.run.name, "tiny");
+  EXPECT_EQ(tiny.train.lr, 3.0e-3);
+
+  Config small = load_config(RINGSTEP_SOURCE_DIR "/configs/small.yaml", {"train.steps=3"});
+  EXPECT_EQ(small.run.name, "small");
+  EXPECT_EQ(small.run.out_dir, "runs/small");
+  EXPECT_EQ(small.model.seq_len, 256);
+  EXPECT_EQ(small.model.d_model, 384);
+  EXPECT_EQ(small.model.n_layers, 6);
+  EXPECT_EQ(small.model.n_heads, 6);
+  EXPECT_EQ(small.train.micro_batch, 4);
+  EXPECT_EQ(small.train.grad_accum_steps, 1);
+  EXPECT_EQ(small.train.steps, 3);
+  EXPECT_EQ(small.train.lr, 1e-3);
+  EXPECT_EQ(small.train.warmup_steps, 10);
+  EXPECT_EQ(small.train.eval_every, 0);
+  EXPECT_EQ(small.profile.log_every, 1);
+}
+
+TEST(Config, ValidateForWorld) {
+  Config cfg = parse("train: {micro_batch: 8, grad_accum_steps: 2}\n");
+  EXPECT_NO_THROW(validate_for_world(cfg, 3));  // global_batch 0: derived
+  cfg.train.global_batch = 32;
+  EXPECT_NO_THROW(validate_for_world(cfg, 2));
+  try {
+    validate_for_world(cfg, 4);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "x.yaml: 'train.global_batch' is 32 but micro_batch (8) x grad_accum_steps (2) x "
+                 "world_size (4) = 64 sequences; the global batch must equal that product (e.g. "
+                 "set train.grad_accum_steps=1), or set train.global_batch=0 to derive it");
+  }
+  cfg.train.global_batch = 20;
+  try {
+    validate_for_world(cfg, 4);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).find("e.g."), std::string::npos) << e.what();
+  }
+}
+
+// docs/configs.md embeds the generated key reference between two markers; regenerate with
+// RINGSTEP_UPDATE_DOCS=1 ringstep_tests --gtest_filter=Config.DocsMatchSchema
+TEST(Config, DocsMatchSchema) {
+  const std::string path = RINGSTEP_SOURCE_DIR "/docs/configs.md";
+  const std::string begin = "<!-- BEGIN KEYS (generated by config_reference_markdown) -->\n";
+  const std::string end = "<!-- END KEYS -->";
+  std::string doc = read_text(path);
+  size_t b = doc.find(begin), e = doc.find(end);
+  ASSERT_NE(b, std::string::npos) << path;
+  ASSERT_NE(e, std::string::npos) << path;
+  b += begin.size();
+  std::string generated = config_reference_markdown();
+  if (std::getenv("RINGSTEP_UPDATE_DOCS")) {
+    doc.replace(b, e - b, generated);
+    std::ofstream(path) << doc;
+    return;
+  }
+  EXPECT_EQ(doc.substr(b, e - b), generated) << "docs/configs.md is stale; see the comment above";
+}
+
+}  // namespace
+}  // namespace ringstep

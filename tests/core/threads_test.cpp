@@ -1,0 +1,55 @@
+#include "core/threads.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace ringstep {
+namespace {
+
+TEST(Threads, ExplicitRequestWins) {
+  EXPECT_EQ(resolve_threads(3, 8, 16), 3);
+  EXPECT_EQ(resolve_threads(64, 1, 2), 64);
+}
+
+TEST(Threads, AutoSplitsCoresBetweenLocalRanks) {
+  EXPECT_EQ(resolve_threads(0, 1, 16), 16);
+  EXPECT_EQ(resolve_threads(0, 4, 16), 4);
+  EXPECT_EQ(resolve_threads(0, 3, 16), 5);
+  EXPECT_EQ(resolve_threads(0, 32, 16), 1);  // more ranks than cores: still one thread
+  EXPECT_EQ(resolve_threads(0, 0, 16), 16);  // a nonsense rank count counts as one
+  EXPECT_EQ(resolve_threads(0, 1), hardware_threads());
+  EXPECT_GE(hardware_threads(), 1);
+}
+
+TEST(Threads, NegativeRequestIsInputError) { EXPECT_THROW(resolve_threads(-1, 1, 16), InputError); }
+
+TEST(Threads, LocalRankCountFromEnvironment) {
+  const char* vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+  for (const char* var : vars) unsetenv(var);
+  EXPECT_EQ(local_rank_count(), 1);
+  setenv("SLURM_NTASKS_PER_NODE", "2(x3)", 1);
+  EXPECT_EQ(local_rank_count(), 2);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  EXPECT_EQ(local_rank_count(), 4);  // Open MPI's own count takes precedence
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "junk", 1);
+  EXPECT_EQ(local_rank_count(), 2);
+  for (const char* var : vars) unsetenv(var);
+}
+
+TEST(Threads, SetComputeThreadsReachesOpenMpAndEigen) {
+  const int omp_before = omp_get_max_threads();
+  const int eigen_before = Eigen::nbThreads();
+  set_compute_threads(2);
+  EXPECT_EQ(omp_get_max_threads(), 2);
+  EXPECT_EQ(Eigen::nbThreads(), 2);
+  omp_set_num_threads(omp_before);
+  Eigen::setNbThreads(eigen_before);
+}
+
+}  // namespace
+}  // namespace ringstep

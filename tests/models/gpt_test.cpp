@@ -1,0 +1,157 @@
+// The whole model's wiring, checked against finite differences. Each op's backward is
+// checked exactly in float64 by tests/core/cpu/ops_test.cpp; here the model runs in fp32,
+// so central differences carry rounding noise of about eps_f32 * loss / h = 6e-8 * 6 / 1e-2
+// ~ 4e-5 plus truncation O(h^2): we compare only coordinates whose gradient is well above
+// that noise, with 2% relative tolerance. A wiring mistake (a missing residual, a wrong
+// operand) is off by O(1).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "models/gpt.h"
+
+namespace ringstep {
+namespace {
+
+ModelConfig TinyModel() {
+  ModelConfig m;
+  m.vocab_size = 13;
+  m.seq_len = 6;
+  m.d_model = 8;
+  m.n_layers = 2;
+  m.n_heads = 2;
+  return m;
+}
+
+struct Batch {
+  std::vector<int32_t> in, tg;
+};
+
+Batch MakeBatch(int B, int T, int V, unsigned seed) {
+  std::mt19937 gen(seed);
+  Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
+  for (auto& x : b.in) x = gen() % V;
+  for (auto& x : b.tg) x = gen() % V;
+  return b;
+}
+
+double LossAt(Gpt& m, const Batch& b, int B, int T, Arena& arena) {
+  return m.evaluate(b.in.data(), b.tg.data(), B, T, arena);
+}
+
+TEST(Gpt, GradientMatchesFiniteDifferences) {
+  const ModelConfig mc = TinyModel();
+  const int B = 2, T = 5;
+  Gpt m(mc);
+  m.init(7);
+  // Perturb LayerNorm weights and biases away from 1/0 so their gradients are generic.
+  std::mt19937 gen(3);
+  std::normal_distribution<float> nd(0.0f, 0.2f);
+  for (const auto& t : m.registry().tensors())
+    if (t.shape.size() == 1)
+      for (size_t i = 0; i < t.numel; ++i) m.params().at(t)[i] += nd(gen);
+  Batch b = MakeBatch(B, T, mc.vocab_size, 11);
+  Arena arena(m.arena_bytes(B, T));
+  m.grads().zero();
+  m.forward(b.in.data(), b.tg.data(), B, T, arena);
+  m.backward(1.0f, arena);
+
+  const float h = 1e-2f;
+  int checked = 0;
+  for (const auto& t : m.registry().tensors()) {
+    float* w = m.params().at(t);
+    const float* g = m.grads().at(t);
+    for (size_t i = 0; i < t.numel; i += std::max<size_t>(1, t.numel / 7)) {
+      if (std::fabs(g[i]) < 2e-3) continue;  // below the FD noise floor (see top)
+      const float saved = w[i];
+      w[i] = saved + h;
+      const double up = LossAt(m, b, B, T, arena);
+      w[i] = saved - h;
+      const double down = LossAt(m, b, B, T, arena);
+      w[i] = saved;
+      const double fd = (up - down) / (2.0 * h);
+      EXPECT_NEAR(g[i], fd, 0.02 * std::fabs(fd) + 2e-4) << t.name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 40);
+}
+
+TEST(Gpt, BackwardAddsIntoGradients) {
+  const ModelConfig mc = TinyModel();
+  Gpt m(mc);
+  m.init(1);
+  Batch b = MakeBatch(2, 6, mc.vocab_size, 2);
+  Arena arena(m.arena_bytes(2, 6));
+  m.grads().zero();
+  m.forward(b.in.data(), b.tg.data(), 2, 6, arena);
+  m.backward(1.0f, arena);
+  std::vector<float> once(m.grads().data(), m.grads().data() + m.grads().size());
+  m.forward(b.in.data(), b.tg.data(), 2, 6, arena);
+  m.backward(1.0f, arena);
+  // Adding the same contributions twice is exact up to the order of fp32 additions.
+  float max_abs = 0;
+  for (float x : once) max_abs = std::max(max_abs, std::fabs(x));
+  for (size_t i = 0; i < once.size(); ++i)
+    ASSERT_NEAR(m.grads().data()[i], 2 * once[i], 1e-6f * max_abs) << i;
+}
+
+TEST(Gpt, GradientAccumulationMatchesOneLargeBatch) {
+  // micro_batch 2 x 4 accumulation steps (each loss / 4) == micro_batch 8 x 1.
+  const ModelConfig mc = TinyModel();
+  const int T = 6;
+  Gpt m(mc);
+  m.init(5);
+  Batch big = MakeBatch(8, T, mc.vocab_size, 9);
+  Arena arena(m.arena_bytes(8, T));
+  m.grads().zero();
+  m.forward(big.in.data(), big.tg.data(), 8, T, arena);
+  m.backward(1.0f, arena);
+  std::vector<float> ref(m.grads().data(), m.grads().data() + m.grads().size());
+  m.grads().zero();
+  for (int k = 0; k < 4; ++k) {
+    const int32_t* in = big.in.data() + k * 2 * T;
+    const int32_t* tg = big.tg.data() + k * 2 * T;
+    m.forward(in, tg, 2, T, arena);
+    m.backward(0.25f, arena);
+  }
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += std::pow(double(m.grads().data()[i]) - ref[i], 2);
+    den += std::pow(double(ref[i]), 2);
+  }
+  EXPECT_LE(std::sqrt(num / den), 1e-5);
+}
+
+TEST(Gpt, EachBlockIsOneContiguousRange) {
+  Gpt m(TinyModel());
+  size_t prev_end = m.embedding_ranges()[1].second;
+  for (int l = 0; l < m.config().n_layers; ++l) {
+    auto [b, e] = m.layer_range(l);
+    EXPECT_GE(b, prev_end);
+    EXPECT_LT(b, e);
+    prev_end = e;
+  }
+  EXPECT_LE(prev_end, m.embedding_ranges()[2].first);
+  // 6N + 6LCT with N = all parameters but the position embeddings.
+  const ModelConfig mc = TinyModel();
+  const double n = double(m.param_count() - size_t(mc.seq_len) * mc.d_model);
+  EXPECT_DOUBLE_EQ(m.model_flops_per_token(),
+                   6 * n + 6.0 * mc.n_layers * mc.d_model * mc.seq_len);
+}
+
+TEST(Gpt, SameSeedSameWeights) {
+  Gpt a(TinyModel()), b(TinyModel()), c(TinyModel());
+  a.init(42);
+  b.init(42);
+  c.init(43);
+  EXPECT_EQ(0, std::memcmp(a.params().data(), b.params().data(), a.params().bytes()));
+  EXPECT_NE(0, std::memcmp(a.params().data(), c.params().data(), a.params().bytes()));
+}
+
+}  // namespace
+}  // namespace ringstep

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The main job: install, build, and train configs/tiny.yaml on 2 ranks with mpirun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/build.sh release
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+exec mpirun -np "${RANKS:-2}" --bind-to core build/ringstep train configs/tiny.yaml "$@"

@@ -1,0 +1,32 @@
+#include "train/data.h"
+
+#include <stdexcept>
+
+#include "core/error.h"
+#include "train/synthetic.h"
+#include "train/token_file.h"
+
+namespace ringstep {
+
+std::unique_ptr<DataSource> make_data_source(const Config& cfg, const std::string& split, int rank,
+                                             int world) {
+  if (split != "train" && split != "val")
+    throw std::invalid_argument("make_data_source: split must be train or val, not " + split);
+  if (world < 1 || rank < 0 || rank >= world)
+    throw std::invalid_argument("make_data_source: bad rank/world");
+  if (cfg.data.source == "synthetic") return make_synthetic_source(cfg, split, rank, world);
+  if (cfg.data.source == "file") return make_file_source(cfg, split, rank, world);
+  throw InputError("data.source: unknown '" + cfg.data.source + "' (expected synthetic | file)");
+}
+
+DataInfo data_info(const Config& cfg) {
+  DataInfo info;
+  if (cfg.data.source == "synthetic") {
+    const MarkovChain chain(cfg.model.vocab_size, cfg.run.seed);
+    info.entropy_rate = chain.entropy_rate();
+    info.window_floor = chain.window_floor(cfg.model.seq_len);
+  }
+  return info;
+}
+
+}  // namespace ringstep

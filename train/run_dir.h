@@ -1,0 +1,28 @@
+// The run directory (DESIGN.md "The run directory"): created by rank 0 only after every
+// input has been checked; files that are written whole (config.yaml, summary.json) go
+// through a temporary file and a rename so a crash never leaves half of one.
+#pragma once
+
+#include <fstream>
+#include <string>
+
+namespace ringstep {
+
+// Writes TEXT to PATH atomically (PATH.tmp, then rename). Throws std::runtime_error.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+class RunDir {
+ public:
+  explicit RunDir(std::string root) : root_(std::move(root)) {}
+  // Creates ROOT (and parents); an existing steps.jsonl is replaced (a new run).
+  void create();
+  const std::string& root() const { return root_; }
+  std::string path(const std::string& name) const { return root_ + "/" + name; }
+  void append_step(const std::string& json_line);
+
+ private:
+  std::string root_;
+  std::ofstream steps_;
+};
+
+}  // namespace ringstep

@@ -1,0 +1,75 @@
+// The synthetic data source: a seeded Markov chain over the vocabulary whose next token
+// depends on the previous token and the low bit of the token before it (2V contexts).
+// Each context has 4-8 likely successors (weights ~ Dirichlet(2)), mixed with a uniform
+// component of weight kUniformMix, so the chain is irreducible and aperiodic and its
+// entropy rate lies between 1 and 3 nats/token. Its stationary distribution and entropies
+// are computed exactly at construction; docs/formats.md gives the formulas.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "train/data.h"
+
+namespace ringstep {
+
+// SplitMix64 (Steele, Lea, Flood 2014): one word of state; (seed, stream) picks the start.
+class SplitMix64 {
+ public:
+  SplitMix64(uint64_t seed, uint64_t stream);
+  uint64_t next();
+  double uniform();            // in [0, 1)
+  uint32_t below(uint32_t n);  // in [0, n)
+
+ private:
+  uint64_t state_;
+};
+
+// Immutable after construction; safe to share between threads.
+class MarkovChain {
+ public:
+  static constexpr double kUniformMix = 0.02;
+  static constexpr int kMaxSuccessors = 8;
+  static constexpr double kStationaryTol = 1e-12;  // L1 change of one power iteration
+
+  MarkovChain(int vocab_size, uint64_t seed);
+
+  int vocab_size() const { return vocab_; }
+  int num_states() const { return 2 * vocab_; }
+  // State after seeing ... PREV2, PREV: the context of the next token.
+  static int state_of(int prev, int prev2) { return 2 * prev + (prev2 & 1); }
+  static int next_state(int state, int token) { return 2 * token + ((state >> 1) & 1); }
+
+  double prob(int state, int token) const;                           // P(token | state)
+  const std::vector<double>& stationary() const { return pi_; }      // over states
+  double entropy_rate() const { return entropy_rate_; }              // H = E_pi H(P(.|s))
+  double first_step_entropy() const { return first_step_entropy_; }  // H(X1 | X0)
+  // (H(X1|X0) + (T-1) H) / T: position 0 sees one token, every later one its full state.
+  double window_floor(int seq_len) const;
+
+  int sample_state(SplitMix64& rng) const;  // from the stationary distribution
+  int sample_token(int state, SplitMix64& rng) const;
+
+ private:
+  void build_successors(uint64_t seed);
+  void solve_stationary();
+  void compute_entropies();
+
+  int vocab_;
+  // Context s has num_succ_[s] distinct successors succ_[s*kMax + k] with weights q_[...].
+  std::vector<int> num_succ_;
+  std::vector<int32_t> succ_;
+  std::vector<double> q_;
+  std::vector<double> pi_;
+  std::vector<double> pi_cdf_;
+  double entropy_rate_ = 0;
+  double first_step_entropy_ = 0;
+};
+
+// Train stream of rank r: generator stream 1000 + r; val: stream 7 on every rank.
+std::unique_ptr<DataSource> make_synthetic_source(const Config& cfg, const std::string& split,
+                                                  int rank, int world);
+
+}  // namespace ringstep

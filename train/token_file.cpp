@@ -1,0 +1,205 @@
+#include "train/token_file.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+#include "core/error.h"
+
+namespace ringstep {
+namespace {
+
+constexpr char kMagic[8] = {'R', 'S', 'T', 'O', 'K', 'E', 'N', 'S'};
+
+uint64_t get_le(const unsigned char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+void put_le(unsigned char* p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+std::vector<unsigned char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open: " + std::strerror(errno));
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  if (in.bad()) throw InputError(path + ": read failed: " + std::strerror(errno));
+  return bytes;
+}
+
+std::string fmt(const char* format, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, format, args...);
+  return buf;
+}
+
+}  // namespace
+
+void write_token_file(const std::string& path, uint32_t vocab_size,
+                      const std::vector<uint16_t>& tokens) {
+  std::vector<unsigned char> bytes(kTokenHeaderBytes + kTokenBytes * tokens.size());
+  std::memcpy(bytes.data(), kMagic, sizeof kMagic);
+  put_le(&bytes[8], kTokenFileVersion, 4);
+  put_le(&bytes[12], vocab_size, 4);
+  put_le(&bytes[16], tokens.size(), 8);
+  put_le(&bytes[24], kTokenBytes, 4);
+  put_le(&bytes[28], 0, 4);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    put_le(&bytes[kTokenHeaderBytes + kTokenBytes * i], tokens[i], kTokenBytes);
+
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw InputError(path + ": cannot write: " + std::strerror(errno));
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  const int write_errno = errno;
+  if (std::fclose(f) != 0 || !written) {
+    std::remove(tmp.c_str());
+    throw InputError(path + ": cannot write: " + std::strerror(written ? errno : write_errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int rename_errno = errno;
+    std::remove(tmp.c_str());
+    throw InputError(path + ": cannot write: " + std::strerror(rename_errno));
+  }
+}
+
+LoadedTokens read_token_file(const std::string& path, int model_vocab) {
+  const std::vector<unsigned char> bytes = read_bytes(path);
+  const size_t size = bytes.size();
+  if (size < kTokenHeaderBytes)
+    throw InputError(fmt("%s: truncated: file has %zu bytes, less than the %zu-byte header",
+                         path.c_str(), size, kTokenHeaderBytes));
+  const unsigned char* h = bytes.data();
+  if (std::memcmp(h, kMagic, sizeof kMagic) != 0)
+    throw InputError(path +
+                     ": not a token file (magic is not \"RSTOKENS\"; write one with "
+                     "`ringstep prepare`)");
+  const uint64_t version = get_le(h + 8, 4), vocab = get_le(h + 12, 4);
+  const uint64_t count = get_le(h + 16, 8), token_bytes = get_le(h + 24, 4);
+  if (version != kTokenFileVersion)
+    throw InputError(fmt("%s: unsupported token file version %llu (expected %u)", path.c_str(),
+                         static_cast<unsigned long long>(version), kTokenFileVersion));
+  if (token_bytes != kTokenBytes)
+    throw InputError(fmt("%s: bytes per token is %llu (expected %u)", path.c_str(),
+                         static_cast<unsigned long long>(token_bytes), kTokenBytes));
+  const uint64_t payload = size - kTokenHeaderBytes;
+  if (count > payload / kTokenBytes || payload != count * kTokenBytes) {
+    // Printed in long double so that an absurd count cannot overflow the expected size.
+    const long double expected = kTokenHeaderBytes + static_cast<long double>(count) * kTokenBytes;
+    throw InputError(fmt("%s: %s: header says %llu tokens (%.0Lf bytes) but file has %zu bytes",
+                         path.c_str(), expected > size ? "truncated" : "trailing bytes",
+                         static_cast<unsigned long long>(count), expected, size));
+  }
+  if (vocab > static_cast<uint64_t>(model_vocab))
+    throw InputError(fmt("%s: header vocab_size %llu exceeds model.vocab_size %d", path.c_str(),
+                         static_cast<unsigned long long>(vocab), model_vocab));
+  LoadedTokens file;
+  file.vocab_size = static_cast<uint32_t>(vocab);
+  file.tokens.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    const size_t offset = kTokenHeaderBytes + kTokenBytes * i;
+    file.tokens[i] = static_cast<uint16_t>(get_le(h + offset, kTokenBytes));
+    if (file.tokens[i] >= vocab)
+      throw InputError(
+          fmt("%s: token %zu (byte offset %zu) is %u, not below the header's "
+              "vocab_size %llu (model.vocab_size %d)",
+              path.c_str(), i, offset, file.tokens[i], static_cast<unsigned long long>(vocab),
+              model_vocab));
+  }
+  return file;
+}
+
+void prepare_tokens(const std::string& input_text_path, const std::string& output_path) {
+  const std::vector<unsigned char> text = read_bytes(input_text_path);
+  if (text.empty()) throw InputError(input_text_path + ": empty input, nothing to prepare");
+  write_token_file(output_path, 256, std::vector<uint16_t>(text.begin(), text.end()));
+}
+
+namespace {
+
+// Window w of a part covers tokens [begin + w*(T+1), begin + (w+1)*(T+1)). The j-th window
+// this source reads is first + (j mod count) * stride.
+class FileSource final : public DataSource {
+ public:
+  FileSource(std::vector<uint16_t> tokens, size_t begin, int seq_len, size_t first, size_t stride,
+             size_t count, std::string description)
+      : tokens_(std::move(tokens)),
+        begin_(begin),
+        seq_len_(seq_len),
+        first_(first),
+        stride_(stride),
+        count_(count),
+        description_(std::move(description)) {}
+
+  void next_batch(int32_t* inputs, int32_t* targets, int B, int T) override {
+    if (T != seq_len_)
+      throw std::invalid_argument(fmt("FileSource: T=%d but seq_len is %d", T, seq_len_));
+    const size_t window = static_cast<size_t>(T) + 1;
+    for (int i = 0; i < B; ++i) {
+      const size_t w = first_ + (cursor_++ % count_) * stride_;
+      const uint16_t* src = &tokens_[begin_ + w * window];
+      std::copy(src, src + T, inputs + static_cast<size_t>(i) * T);
+      std::copy(src + 1, src + T + 1, targets + static_cast<size_t>(i) * T);
+    }
+  }
+
+  void reset() override { cursor_ = 0; }
+  std::string describe() const override { return description_; }
+
+ private:
+  std::vector<uint16_t> tokens_;
+  size_t begin_;
+  int seq_len_;
+  size_t first_, stride_, count_;
+  size_t cursor_ = 0;
+  std::string description_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataSource> make_file_source(const Config& cfg, const std::string& split, int rank,
+                                             int world) {
+  if (cfg.data.path.empty()) throw InputError("data.path: required when data.source is file");
+  const bool val = split == "val";
+  const bool separate_val = !cfg.data.val_path.empty();
+  const std::string& path = val && separate_val ? cfg.data.val_path : cfg.data.path;
+  const int T = cfg.model.seq_len;
+  const size_t window = static_cast<size_t>(T) + 1;
+
+  LoadedTokens file = read_token_file(path, cfg.model.vocab_size);
+  const size_t n = file.tokens.size();
+  if (n < 2 * window)
+    throw InputError(
+        fmt("%s: %zu tokens are too few for model.seq_len %d: need at least %zu "
+            "(two windows of seq_len + 1)",
+            path.c_str(), n, T, 2 * window));
+  const size_t val_tokens = separate_val ? 0 : std::max(n / 10, window);
+  const size_t begin = val && !separate_val ? n - val_tokens : 0;
+  const size_t length = separate_val ? n : val ? val_tokens : n - val_tokens;
+  const size_t windows = length / window;
+  const size_t per_rank = val ? windows : windows / world;
+  if (per_rank == 0)
+    throw InputError(
+        fmt("%s: the train part holds %zu windows of seq_len + 1 = %zu tokens, "
+            "fewer than the %d ranks",
+            path.c_str(), windows, window, world));
+  const std::string description =
+      val ? fmt("token file %s: %zu tokens; val part [%zu, %zu): %zu windows of %zu tokens, "
+                "read in order by every rank",
+                path.c_str(), n, begin, begin + length, windows, window)
+          : fmt("token file %s: %zu tokens; train part [%zu, %zu): %zu windows of %zu tokens; "
+                "rank %d of %d reads %zu of them (every %d-th)",
+                path.c_str(), n, begin, begin + length, windows, window, rank, world, per_rank,
+                world);
+  return std::make_unique<FileSource>(std::move(file.tokens), begin, T, val ? 0 : rank,
+                                      val ? 1 : world, per_rank, description);
+}
+
+}  // namespace ringstep

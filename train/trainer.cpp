@@ -1,0 +1,265 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/cpu/peak.h"
+#include "core/error.h"
+#include "core/profiler.h"
+#include "core/threads.h"
+#include "models/gpt.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "optim/schedule.h"
+#include "train/data.h"
+#include "train/grad_sync.h"
+#include "train/run_dir.h"
+
+namespace ringstep {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * double(v.size() - 1);
+  const size_t lo = size_t(pos);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
+}
+
+std::string human_count(double x) {
+  char buf[32];
+  if (x >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", x / 1e9);
+  else if (x >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
+  else if (x >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", x);
+  return buf;
+}
+
+double round_to(double x, double q) { return std::round(x / q) * q; }
+
+struct Evaluator {
+  std::unique_ptr<DataSource> source;
+  int batches, B, T;
+  std::vector<int32_t> in, tg;
+  float run(Gpt& model, Arena& arena) {
+    source->reset();
+    double sum = 0;
+    for (int i = 0; i < batches; ++i) {
+      source->next_batch(in.data(), tg.data(), B, T);
+      sum += model.evaluate(in.data(), tg.data(), B, T, arena);
+    }
+    return float(sum / batches);
+  }
+};
+
+}  // namespace
+
+TrainOutcome train(const Config& cfg, Communicator* comm) {
+  GradSync sync(comm);
+  const int rank = sync.rank(), world = sync.world();
+  validate_for_world(cfg, world);
+  const bool lead = rank == 0;
+  const ModelConfig& mc = cfg.model;
+  const int B = cfg.train.micro_batch, T = mc.seq_len, accum = cfg.train.grad_accum_steps;
+
+  // Inputs first: a bad data file must fail before anything is written.
+  std::unique_ptr<DataSource> data = make_data_source(cfg, "train", rank, world);
+  Evaluator eval{make_data_source(cfg, "val", rank, world), std::max(1, cfg.train.eval_batches),
+                 B, T, std::vector<int32_t>(size_t(B) * T), std::vector<int32_t>(size_t(B) * T)};
+  const DataInfo info = data_info(cfg);
+
+  const int threads = resolve_threads(cfg.run.threads, local_rank_count());
+  set_compute_threads(threads);
+  const double peak_gflops = cfg.profile.peak_gflops > 0
+                                 ? cfg.profile.peak_gflops
+                                 : measure_sgemm_gflops(1024, 5, threads) * threads;
+
+  Gpt model(mc);
+  model.init(cfg.run.seed);
+  AdamW opt(model.registry(), {cfg.optimizer.betas[0], cfg.optimizer.betas[1],
+                               cfg.optimizer.eps, cfg.train.weight_decay});
+  LrSchedule sched{cfg.train.schedule, cfg.train.lr, cfg.train.min_lr_ratio,
+                   cfg.train.warmup_steps, cfg.train.steps};
+  Arena arena(model.arena_bytes(B, T) + 4096);
+  sync.setup(model);
+
+  RunDir run(cfg.run.out_dir);
+  if (lead) {
+    run.create();
+    write_file_atomic(run.path("config.yaml"), config_to_yaml(cfg));
+  }
+
+  const double flops_per_token = model.model_flops_per_token();
+  const double tokens_per_step = double(B) * T * accum * world;
+  const size_t param_bytes = model.params().bytes();
+  if (lead) {
+    std::printf("ringstep train: %s (config %s)\n", cfg.run.name.c_str(),
+                cfg.source_path.empty() ? "defaults" : cfg.source_path.c_str());
+    std::printf("  model      GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %s params "
+                "(%s without position embeddings)\n",
+                mc.n_layers, mc.d_model, mc.n_heads, mc.seq_len, mc.vocab_size,
+                human_count(double(model.param_count())).c_str(),
+                human_count(double(model.flops_param_count())).c_str());
+    std::printf("  flops      %.3f MFLOP/token model (6N + 6LCT: causal attention counted once, "
+                "N without position embeddings)\n", flops_per_token / 1e6);
+    if (std::isnan(info.entropy_rate))
+      std::printf("  data       %s\n", data->describe().c_str());
+    else
+      std::printf("  data       %s\n             entropy rate %.4f nats/token, floor for a "
+                  "%d-token window %.4f nats/token\n",
+                  data->describe().c_str(), info.entropy_rate, T, info.window_floor);
+    std::printf("  batch      %d micro x %d accum x %d ranks = %d sequences = %.0f tokens/step\n",
+                B, accum, world, B * accum * world, tokens_per_step);
+    std::printf("  compute    %d ranks, %d threads/rank, peak %.1f GFLOP/s/rank (%s)\n", world,
+                threads, peak_gflops,
+                cfg.profile.peak_gflops > 0 ? "from config" : "measured: 1-thread SGEMM x threads");
+    std::printf("  memory     params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, activation arena "
+                "%.2f MiB\n", param_bytes / 1048576.0, param_bytes / 1048576.0,
+                opt.state_bytes() / 1048576.0, arena.capacity_bytes() / 1048576.0);
+    std::printf("  run dir    %s\n", cfg.run.out_dir.c_str());
+    std::fflush(stdout);
+  }
+
+  std::vector<int32_t> inputs(size_t(B) * T * accum), targets(size_t(B) * T * accum);
+  TrainOutcome out;
+  std::vector<double> step_ms_all;
+  double comm_ms_total = 0, comm_exposed_total = 0, step_ms_total = 0;
+  float last_val = NAN;
+  for (int step = 0; step < cfg.train.steps; ++step) {
+    PhaseTimes pt;
+    const auto t_step = SteadyClock::now();
+    model.grads().zero();
+    double loss_sum = 0;
+    for (int micro = 0; micro < accum; ++micro) {
+      int32_t* in = inputs.data() + size_t(micro) * B * T;
+      int32_t* tg = targets.data() + size_t(micro) * B * T;
+      auto t0 = SteadyClock::now();
+      data->next_batch(in, tg, B, T);
+      pt.data += ms_since(t0);
+      t0 = SteadyClock::now();
+      loss_sum += model.forward(in, tg, B, T, arena);
+      pt.forward += ms_since(t0);
+      t0 = SteadyClock::now();
+      const bool last = micro == accum - 1;
+      // The loss of each micro-batch is divided by grad_accum_steps.
+      model.backward(1.0f / accum, arena, last ? sync.layer_hook() : nullptr);
+      pt.backward += ms_since(t0);
+    }
+    const GradSync::Result red = sync.finish(model);  // waits; averages over ranks
+    pt.comm = red.comm_ms;
+    pt.comm_exposed = red.exposed_ms;
+    const float loss = sync.mean_across_ranks(float(loss_sum / accum));
+
+    auto t0 = SteadyClock::now();
+    const double norm = std::sqrt(sum_squares(model.grads().data(), model.grads().size()));
+    const double lr = sched.at(step);
+    opt.step(model.params().data(), model.grads().data(), lr,
+             clip_coefficient(norm, cfg.train.grad_clip));
+    pt.optimizer = ms_since(t0);
+    pt.step = ms_since(t_step);
+    pt.close();
+    out.losses.push_back(loss);
+
+    const bool do_eval = cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0 &&
+                         step + 1 < cfg.train.steps;
+    if (do_eval) last_val = eval.run(model, arena);
+
+    const double step_ms = sync.max_across_ranks(pt.step);
+    step_ms_all.push_back(step_ms);
+    step_ms_total += step_ms;
+    comm_ms_total += pt.comm;
+    comm_exposed_total += pt.comm_exposed;
+    const double tok_s = tokens_per_step / (step_ms / 1e3);
+    const double gflops = flops_per_token * tok_s / 1e9 / world;  // per rank
+    const double mfu = gflops / peak_gflops;
+    if (lead) {
+      json rec;
+      rec["step"] = step + 1;
+      rec["loss"] = loss;
+      if (do_eval) rec["val_loss"] = last_val;
+      rec["lr"] = lr;
+      rec["tokens"] = tokens_per_step;
+      rec["grad_norm"] = norm;
+      rec["loss_scale"] = 1.0;
+      rec["skipped"] = false;
+      rec["time_ms"] = {{"step", round_to(pt.step, 1e-3)},
+                        {"data", round_to(pt.data, 1e-3)},
+                        {"forward", round_to(pt.forward, 1e-3)},
+                        {"backward", round_to(pt.backward, 1e-3)},
+                        {"recompute", round_to(pt.recompute, 1e-3)},
+                        {"optimizer", round_to(pt.optimizer, 1e-3)},
+                        {"comm", round_to(pt.comm, 1e-3)},
+                        {"comm_exposed", round_to(pt.comm_exposed, 1e-3)},
+                        {"other", round_to(pt.other, 1e-3)}};
+      rec["ranks"] = sync.rank_stats(pt.step);
+      rec["tokens_per_s"] = round_to(tok_s, 0.1);
+      rec["model_gflops"] = round_to(gflops, 1e-3);
+      rec["mfu"] = round_to(mfu, 1e-4);
+      rec["comm_bytes"] = red.bytes;
+      rec["mem_bytes"] = {{"params", param_bytes},
+                          {"grads", param_bytes},
+                          {"optimizer", opt.state_bytes()},
+                          {"activations_peak", arena.peak_bytes()}};
+      run.append_step(rec.dump());
+      if ((step + 1) % cfg.profile.log_every == 0 || step + 1 == cfg.train.steps) {
+        std::printf("step %d/%d | loss %.4f", step + 1, cfg.train.steps, loss);
+        if (do_eval) std::printf(" | val %.4f", last_val);
+        std::printf(" | lr %.2e | gnorm %.3f | %.1f ms (data %.1f fwd %.1f bwd %.1f opt %.1f "
+                    "comm %.1f exposed %.1f) | %s tok/s | %.1f GFLOP/s | MFU %.1f%% | act %.1f MiB\n",
+                    lr, norm, pt.step, pt.data, pt.forward, pt.backward, pt.optimizer, pt.comm,
+                    pt.comm_exposed, human_count(tok_s).c_str(), gflops, 100 * mfu,
+                    arena.peak_bytes() / 1048576.0);
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  out.final_val_loss = eval.run(model, arena);
+  if (lead) {
+    // Steady state: the first steps (page faults, warm caches) are left out of the
+    // percentiles when the run is long enough.
+    const size_t warm = step_ms_all.size() > 10 ? std::min<size_t>(5, step_ms_all.size() / 10) : 0;
+    std::vector<double> steady(step_ms_all.begin() + warm, step_ms_all.end());
+    const double p50 = percentile(steady, 0.5);
+    const double tok_s = tokens_per_step / (p50 / 1e3);
+    json sum;
+    sum["steps"] = cfg.train.steps;
+    sum["world"] = world;
+    sum["threads"] = threads;
+    sum["final_loss"] = out.losses.empty() ? 0.0f : out.losses.back();
+    sum["final_val_loss"] = out.final_val_loss;
+    sum["entropy_rate"] = std::isnan(info.entropy_rate) ? json(nullptr) : json(info.entropy_rate);
+    sum["entropy_floor"] = std::isnan(info.window_floor) ? json(nullptr) : json(info.window_floor);
+    sum["skipped_steps"] = 0;
+    sum["warmup_steps_excluded"] = warm;
+    sum["step_ms_p50"] = p50;
+    sum["step_ms_p90"] = percentile(steady, 0.9);
+    sum["tokens_per_s"] = tok_s;
+    sum["model_gflops"] = flops_per_token * tok_s / 1e9 / world;
+    sum["peak_gflops"] = peak_gflops;
+    sum["mfu"] = flops_per_token * tok_s / 1e9 / world / peak_gflops;
+    sum["comm_exposed_frac"] = step_ms_total > 0 ? comm_exposed_total / step_ms_total : 0.0;
+    sum["activations_peak_bytes"] = arena.peak_bytes();
+    write_file_atomic(run.path("summary.json"), sum.dump(2) + "\n");
+    std::printf("done: %d steps | final loss %.4f | val loss %.4f", cfg.train.steps,
+                double(sum["final_loss"]), out.final_val_loss);
+    if (!std::isnan(info.window_floor))
+      std::printf(" | floor %.4f (gap %.4f nats)", info.window_floor,
+                  out.final_val_loss - info.window_floor);
+    std::printf(" | step p50 %.1f ms | %s tok/s | MFU %.1f%%\n", p50, human_count(tok_s).c_str(),
+                100.0 * double(sum["mfu"]));
+    std::printf("  wrote %s/{config.yaml,steps.jsonl,summary.json}\n", cfg.run.out_dir.c_str());
+  }
+  return out;
+}
+
+}  // namespace ringstep
