@@ -16,8 +16,8 @@
 
 namespace ringstep {
 
-WaitPolicy& default_wait_policy() {
-  static WaitPolicy policy;
+WaitPolicy& thread_wait_policy() {
+  thread_local WaitPolicy policy = WaitPolicy::polite();
   return policy;
 }
 

@@ -1,8 +1,12 @@
-// How ringstep waits on communication without stealing the core. Open MPI's own waits spin;
-// with one core per rank the comm thread's spin would halve the training thread's speed.
-// Backoff polls hard for a few microseconds (a peer that is about to answer), then yields
-// the core (sched_yield) for a while, then sleeps in growing steps up to max_sleep_ns.
-// Every successful poll should call reset(). Not thread-safe; one per waiting loop.
+// How ringstep waits on communication. Open MPI's own waits spin; with one core per rank a
+// comm thread that spins takes half the core from the training thread. A Backoff polls
+// hard for spin_ns after the last progress (a peer about to answer), then yields the core
+// (sched_yield) until yield_ns, then sleeps in steps doubling from 1 us to max_sleep_ns.
+// Every successful poll should call reset().
+//
+// The policy is per thread: thread_wait_policy() starts as WaitPolicy::polite(), the
+// CommEngine's thread uses EngineOptions::wait, and a thread that owns its core (the
+// bench) may switch to WaitPolicy::spin() with ScopedWaitPolicy.
 #pragma once
 
 #include <cstdint>
@@ -10,21 +14,41 @@
 namespace ringstep {
 
 struct WaitPolicy {
-  int64_t spin_ns = 2'000;       // pure polling after the last progress
-  int64_t yield_ns = 50'000;     // then sched_yield between polls until this much waited
-  int64_t max_sleep_ns = 64'000; // then nanosleep from 1 us doubling up to this
+  int64_t spin_ns = 10'000;       // pure polling after the last progress
+  int64_t yield_ns = 100'000;     // then sched_yield between polls until this much waited
+  int64_t max_sleep_ns = 64'000;  // then nanosleep from 1 us doubling up to this
+
+  static WaitPolicy polite() { return {}; }
+  static WaitPolicy spin() { return {INT64_MAX, INT64_MAX, 64'000}; }
 };
 
-// The process-wide default policy (read by every Backoff constructed without one).
-WaitPolicy& default_wait_policy();
+// The calling thread's policy (read by every Backoff constructed on it).
+WaitPolicy& thread_wait_policy();
+
+class ScopedWaitPolicy {
+ public:
+  explicit ScopedWaitPolicy(const WaitPolicy& p) : saved_(thread_wait_policy()) {
+    thread_wait_policy() = p;
+  }
+  ~ScopedWaitPolicy() { thread_wait_policy() = saved_; }
+  ScopedWaitPolicy(const ScopedWaitPolicy&) = delete;
+  ScopedWaitPolicy& operator=(const ScopedWaitPolicy&) = delete;
+
+ private:
+  WaitPolicy saved_;
+};
 
 int64_t steady_now_ns();
 
 class Backoff {
  public:
-  explicit Backoff(const WaitPolicy& policy = default_wait_policy()) : policy_(policy) {}
+  Backoff() : policy_(thread_wait_policy()) {}
+  explicit Backoff(const WaitPolicy& policy) : policy_(policy) {}
   void pause();  // one step of waiting, chosen by how long we have been idle
-  void reset() { idle_since_ns_ = 0; sleep_ns_ = 1'000; }
+  void reset() {
+    idle_since_ns_ = 0;
+    sleep_ns_ = 1'000;
+  }
 
  private:
   WaitPolicy policy_;
@@ -32,8 +56,8 @@ class Backoff {
   int64_t sleep_ns_ = 1'000;
 };
 
-// Sets this thread's timer slack to `ns` (Linux; the default 50 us would make every short
-// nanosleep a 50 us one). No-op elsewhere.
+// Sets this thread's timer slack (Linux; the default 50 us turns every short nanosleep into
+// a 50 us one). No-op elsewhere.
 void set_thread_timer_slack_ns(long ns);
 
 }  // namespace ringstep

@@ -198,6 +198,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
   if (opts.iters < 0 || opts.warmup < 0)
     throw InputError("bench: --iters and --warmup must be >= 0");
   MpiSession session(nullptr, nullptr);
+  ScopedWaitPolicy wait(opts.wait);
   MpiCommunicator comm(MPI_COMM_WORLD, opts.link);
   const bool root = comm.rank() == 0;
 
@@ -217,9 +218,12 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
   if (root) {
     std::printf("# ringstep bench allreduce: %d ranks (%d on this node), dtype %s, algos %s\n", n,
                 comm.local_size(), dtype_name(opts.dtype), algo_list(opts.algos).c_str());
-    std::printf("# warmup %d, iters %s, ring sub-chunk %zu B, window %d, recursive doubling <= %zu B\n",
+    const bool spin = opts.wait.spin_ns == WaitPolicy::spin().spin_ns;
+    std::printf("# warmup %d, iters %s, ring sub-chunk %zu B, window %d, recursive doubling <= %zu B,"
+                " waits %s\n",
                 std::max(1, opts.warmup), opts.iters ? std::to_string(opts.iters).c_str() : "auto",
-                opts.ring.chunk_bytes, opts.ring.window, opts.ring.small_bytes);
+                opts.ring.chunk_bytes, opts.ring.window, opts.ring.small_bytes,
+                spin ? "spin" : "polite (backoff)");
     if (link_enabled(opts.link))
       std::printf("# link emulation ON: %.3g Gb/s, %.3g us latency\n", opts.link.bandwidth_gbps,
                   opts.link.latency_us);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/backoff.h"
 #include "comm/ring_allreduce.h"
 #include "core/config.h"  // LinkConfig
 #include "core/dtype.h"
@@ -26,6 +27,9 @@ struct AllreduceBenchOptions {
   std::string json_path;  // "" = no JSON
   RingOptions ring;       // ring tuning (average is ignored: the bench sums)
   LinkConfig link;        // link emulation for both algorithms (0 = off)
+  // How the ring's waits poll. The bench thread owns its core, so by default it spins as
+  // MPI_Allreduce's own wait does; WaitPolicy::polite() shows the CommEngine's policy.
+  WaitPolicy wait = WaitPolicy::spin();
 };
 
 // "4096", "1K", "64M", "1G", "16KiB", "2MB" (powers of 1024, case-insensitive).

@@ -105,6 +105,7 @@ std::vector<CommSpan> CommEngine::drain_spans() {
 
 void CommEngine::run() {
   set_thread_timer_slack_ns(1000);
+  thread_wait_policy() = opts_.wait;
   for (;;) {
     std::shared_ptr<Task> task;
     std::exception_ptr error;

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/backoff.h"
 #include "comm/communicator.h"
 #include "comm/ring_allreduce.h"
 
@@ -54,6 +55,7 @@ struct EngineOptions {
   double timeout_s = 300;          // watchdog; 0 = off
   bool check_every_call = false;   // metadata check on every collective, not only first use
   RingOptions ring;                // for ring allreduces (average is set per call)
+  WaitPolicy wait = WaitPolicy::polite();  // how the engine thread waits on messages
 };
 
 class CommEngine {

@@ -12,8 +12,9 @@
 
 int main(int argc, char** argv) {
   using namespace ringstep;
-  CLI::App app{"ringstep: a distributed training performance framework (GPT, ring AllReduce, "
-               "profiler)"};
+  CLI::App app{
+      "ringstep: a distributed training performance framework (GPT, ring AllReduce, "
+      "profiler)"};
   app.require_subcommand(1);
 
   std::string config_path;
@@ -33,6 +34,20 @@ int main(int argc, char** argv) {
   bench_cmd->require_subcommand(1);
   add_bench_subcommands(*bench_cmd, bench);
 
+  // CLI11 would only say "a subcommand is required"; name the word it did not know.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known) {
+      std::fprintf(stderr, "ringstep: unknown subcommand '%s' (expected one of: %s)\n", argv[1],
+                   names.c_str());
+      return kExitBadInput;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

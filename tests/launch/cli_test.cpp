@@ -1,0 +1,95 @@
+// The command line as a user meets it: every bad input exits with code 2, says what is
+// wrong, and leaves no run directory behind.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+Result RunCli(const std::string& args) {
+  std::string cmd = std::string(RINGSTEP_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+fs::path Temp(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("ringstep_cli_" + name + std::to_string(getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::string Tiny() { return std::string(RINGSTEP_SOURCE_DIR) + "/configs/tiny.yaml"; }
+
+void ExpectBadInput(const std::string& args, const std::string& fragment, const fs::path& out) {
+  Result r = RunCli(args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(fragment), std::string::npos) << args << "\n" << r.output;
+  EXPECT_FALSE(fs::exists(out / "run")) << args;
+}
+
+TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
+  fs::path dir = Temp("bad");
+  const std::string run = " --set run.out_dir=" + (dir / "run").string();
+  ExpectBadInput("frobnicate", "frobnicate", dir);
+  ExpectBadInput("train", "config", dir);
+  ExpectBadInput("train " + Tiny() + " --no-such-flag", "no-such-flag", dir);
+  ExpectBadInput("train " + (dir / "missing.yaml").string() + run, "missing.yaml", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set train.lrr=1", "did you mean 'train.lr'", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set train.steps=abc", "train.steps", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set model.n_heads=3", "n_heads", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set train.global_batch=7", "global_batch", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set data.source=file --set data.path=" +
+                     (dir / "none.bin").string(),
+                 "none.bin", dir);
+  {
+    std::ofstream bad(dir / "bad.yaml");
+    bad << "model:\n  d_model: 128\n  n_layerz: 4\n";
+  }
+  ExpectBadInput("train " + (dir / "bad.yaml").string() + run, "bad.yaml:3:3", dir);
+  // A token file whose tokens exceed the model's vocabulary.
+  {
+    std::ofstream text(dir / "t.txt");
+    for (int i = 0; i < 200; ++i) text << "hello world \xff\xfe ";
+  }
+  ASSERT_EQ(RunCli("prepare --input " + (dir / "t.txt").string() + " --output " +
+                (dir / "t.bin").string()).code, 0);
+  ExpectBadInput("train " + Tiny() + run + " --set data.source=file --set model.vocab_size=128" +
+                     " --set data.path=" + (dir / "t.bin").string(),
+                 "t.bin", dir);
+  // Truncated token file.
+  fs::resize_file(dir / "t.bin", fs::file_size(dir / "t.bin") - 3);
+  ExpectBadInput("train " + Tiny() + run + " --set data.source=file --set data.path=" +
+                     (dir / "t.bin").string(),
+                 "truncated", dir);
+  ExpectBadInput("prepare --input " + (dir / "nope.txt").string() + " --output " +
+                     (dir / "x.bin").string(),
+                 "nope.txt", dir);
+  EXPECT_FALSE(fs::exists(dir / "x.bin"));
+  fs::remove_all(dir);
+}
+
+TEST(Cli, HelpExitsZero) {
+  Result r = RunCli("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.output.find("train"), std::string::npos);
+}
+
+}  // namespace
