@@ -38,10 +38,11 @@ size_t parse_size_bytes(const std::string& text) {
   }
   if (!digits) throw bad("no number");
   std::string unit;
-  for (; i < text.size(); ++i) unit += static_cast<char>(std::toupper(static_cast<unsigned char>(text[i])));
+  for (; i < text.size(); ++i)
+    unit += static_cast<char>(std::toupper(static_cast<unsigned char>(text[i])));
   static const std::map<std::string, double> units = {
-      {"", 1.0},         {"B", 1.0},           {"K", 1024.0},        {"KB", 1024.0},
-      {"KIB", 1024.0},   {"M", 1048576.0},     {"MB", 1048576.0},    {"MIB", 1048576.0},
+      {"", 1.0},           {"B", 1.0},           {"K", 1024.0},        {"KB", 1024.0},
+      {"KIB", 1024.0},     {"M", 1048576.0},     {"MB", 1048576.0},    {"MIB", 1048576.0},
       {"G", 1073741824.0}, {"GB", 1073741824.0}, {"GIB", 1073741824.0}};
   const auto it = units.find(unit);
   if (it == units.end()) throw bad("unknown unit '" + text.substr(text.size() - unit.size()) + "'");
@@ -57,7 +58,8 @@ std::vector<AllreduceAlgo> parse_allreduce_algos(const std::string& csv) {
   while (start <= csv.size()) {
     const size_t comma = std::min(csv.find(',', start), csv.size());
     const std::string name = csv.substr(start, comma - start);
-    if (name.empty()) throw InputError("bad --algo '" + csv + "': empty name; expected e.g. ring,native");
+    if (name.empty())
+      throw InputError("bad --algo '" + csv + "': empty name; expected e.g. ring,native");
     const AllreduceAlgo algo = parse_allreduce_algo(name);
     if (std::find(algos.begin(), algos.end(), algo) == algos.end()) algos.push_back(algo);
     start = comma + 1;
@@ -79,9 +81,7 @@ std::vector<size_t> bench_sizes(size_t min_bytes, size_t max_bytes, int factor) 
   return sizes;
 }
 
-double allreduce_busbw_factor(int nranks) {
-  return nranks > 0 ? 2.0 * (nranks - 1) / nranks : 0.0;
-}
+double allreduce_busbw_factor(int nranks) { return nranks > 0 ? 2.0 * (nranks - 1) / nranks : 0.0; }
 
 namespace {
 
@@ -156,8 +156,8 @@ class Bench {
     for (int i = 0; i < iters; ++i) iteration(i == iters - 1);
     for (size_t a = 0; a < nalgo; ++a) {
       rows[a].time_us = slowest_median(times[a]);
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rows[a].wrong, 1, MPI_LONG_LONG, MPI_SUM,
-                              comm_.mpi_comm()));
+      MPI_CHECK(
+          MPI_Allreduce(MPI_IN_PLACE, &rows[a].wrong, 1, MPI_LONG_LONG, MPI_SUM, comm_.mpi_comm()));
     }
     return rows;
   }
@@ -172,8 +172,8 @@ class Bench {
 
   // Median over iterations of the slowest rank's time for each iteration.
   double slowest_median(std::vector<double> times) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()),
-                            MPI_DOUBLE, MPI_MAX, comm_.mpi_comm()));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()), MPI_DOUBLE,
+                            MPI_MAX, comm_.mpi_comm()));
     std::sort(times.begin(), times.end());
     const size_t n = times.size();
     return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
@@ -209,26 +209,30 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
     json_ok = json.good() ? 1 : 0;
   }
   MPI_CHECK(MPI_Bcast(&json_ok, 1, MPI_INT, 0, comm.mpi_comm()));
-  if (!json_ok) throw InputError("bench: cannot open --json file '" + opts.json_path + "' for writing");
+  if (!json_ok)
+    throw InputError("bench: cannot open --json file '" + opts.json_path + "' for writing");
 
   const int n = comm.size();
   const double bus = allreduce_busbw_factor(n);
-  const bool ratio = std::find(opts.algos.begin(), opts.algos.end(), AllreduceAlgo::ring) != opts.algos.end() &&
-                     std::find(opts.algos.begin(), opts.algos.end(), AllreduceAlgo::native) != opts.algos.end();
+  const bool ratio =
+      std::find(opts.algos.begin(), opts.algos.end(), AllreduceAlgo::ring) != opts.algos.end() &&
+      std::find(opts.algos.begin(), opts.algos.end(), AllreduceAlgo::native) != opts.algos.end();
   if (root) {
     std::printf("# ringstep bench allreduce: %d ranks (%d on this node), dtype %s, algos %s\n", n,
                 comm.local_size(), dtype_name(opts.dtype), algo_list(opts.algos).c_str());
     const bool spin = opts.wait.spin_ns == WaitPolicy::spin().spin_ns;
-    std::printf("# warmup %d, iters %s, ring sub-chunk %zu B, window %d, recursive doubling <= %zu B,"
-                " waits %s\n",
-                std::max(1, opts.warmup), opts.iters ? std::to_string(opts.iters).c_str() : "auto",
-                opts.ring.chunk_bytes, opts.ring.window, opts.ring.small_bytes,
-                spin ? "spin" : "polite (backoff)");
+    std::printf(
+        "# warmup %d, iters %s, ring sub-chunk %zu B, window %d, recursive doubling <= %zu B,"
+        " waits %s\n",
+        std::max(1, opts.warmup), opts.iters ? std::to_string(opts.iters).c_str() : "auto",
+        opts.ring.chunk_bytes, opts.ring.window, opts.ring.small_bytes,
+        spin ? "spin" : "polite (backoff)");
     if (link_enabled(opts.link))
       std::printf("# link emulation ON: %.3g Gb/s, %.3g us latency\n", opts.link.bandwidth_gbps,
                   opts.link.latency_us);
-    std::printf("# time = median over iterations of the slowest rank (barrier before each);"
-                " algbw = bytes/time; busbw = algbw*2(n-1)/n; GB = 1e9 B\n");
+    std::printf(
+        "# time = median over iterations of the slowest rank (barrier before each);"
+        " algbw = bytes/time; busbw = algbw*2(n-1)/n; GB = 1e9 B\n");
     std::printf("#%11s %12s %6s %7s %12s %12s %12s %7s%s\n", "size(B)", "count", "type", "algo",
                 "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", ratio ? "  ring/native" : "");
     std::fflush(stdout);
@@ -252,7 +256,8 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
       std::string ratio_text;
       if (ratio && algo == AllreduceAlgo::ring && busbw[AllreduceAlgo::native] > 0) {
         char buf[32];
-        std::snprintf(buf, sizeof buf, "  %11.3f", busbw[AllreduceAlgo::ring] / busbw[AllreduceAlgo::native]);
+        std::snprintf(buf, sizeof buf, "  %11.3f",
+                      busbw[AllreduceAlgo::ring] / busbw[AllreduceAlgo::native]);
         ratio_text = buf;
       }
       std::printf(" %11zu %12zu %6s %7s %12.2f %12.3f %12.3f %7lld%s\n", bytes, count,
@@ -260,10 +265,14 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
                   busbw[algo], row.wrong, ratio_text.c_str());
       std::fflush(stdout);
       if (json.is_open()) {
-        const nlohmann::json j = {{"algo", allreduce_algo_name(algo)}, {"dtype", dtype_name(opts.dtype)},
-                                  {"ranks", n},          {"bytes", bytes},
-                                  {"count", count},      {"time_us", row.time_us},
-                                  {"algbw_gbs", algbw},  {"busbw_gbs", busbw[algo]},
+        const nlohmann::json j = {{"algo", allreduce_algo_name(algo)},
+                                  {"dtype", dtype_name(opts.dtype)},
+                                  {"ranks", n},
+                                  {"bytes", bytes},
+                                  {"count", count},
+                                  {"time_us", row.time_us},
+                                  {"algbw_gbs", algbw},
+                                  {"busbw_gbs", busbw[algo]},
                                   {"wrong", row.wrong}};
         json << j.dump() << '\n' << std::flush;
       }

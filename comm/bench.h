@@ -22,8 +22,8 @@ struct AllreduceBenchOptions {
   size_t max_bytes = size_t{64} << 20;  // -e
   int factor = 4;                       // -f: sizes min, min*f, ... <= max
   DType dtype = DType::f32;
-  int iters = 0;   // timed iterations per row; 0 = auto (~0.25 s per row, 10..1000)
-  int warmup = 5;  // untimed iterations per row (at least 1 is run)
+  int iters = 0;          // timed iterations per row; 0 = auto (~0.25 s per row, 10..1000)
+  int warmup = 5;         // untimed iterations per row (at least 1 is run)
   std::string json_path;  // "" = no JSON
   RingOptions ring;       // ring tuning (average is ignored: the bench sums)
   LinkConfig link;        // link emulation for both algorithms (0 = off)

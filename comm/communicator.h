@@ -90,12 +90,18 @@ class Communicator {
   virtual CommHandle barrier_async() = 0;
 
   // Blocking forms; a transport may override them with faster blocking calls.
-  virtual void allreduce(void* buf, size_t count, DType dt) { allreduce_async(buf, count, dt).wait(); }
+  virtual void allreduce(void* buf, size_t count, DType dt) {
+    allreduce_async(buf, count, dt).wait();
+  }
   virtual void reduce_scatter(void* buf, size_t count, DType dt) {
     reduce_scatter_async(buf, count, dt).wait();
   }
-  virtual void allgather(void* buf, size_t count, DType dt) { allgather_async(buf, count, dt).wait(); }
-  virtual void alltoall(void* buf, size_t count, DType dt) { alltoall_async(buf, count, dt).wait(); }
+  virtual void allgather(void* buf, size_t count, DType dt) {
+    allgather_async(buf, count, dt).wait();
+  }
+  virtual void alltoall(void* buf, size_t count, DType dt) {
+    alltoall_async(buf, count, dt).wait();
+  }
   virtual void broadcast(void* buf, size_t count, DType dt, int root) {
     broadcast_async(buf, count, dt, root).wait();
   }

@@ -65,8 +65,7 @@ CommEngine::~CommEngine() {
   if (watchdog_thread_.joinable()) watchdog_thread_.join();
 }
 
-CommHandle CommEngine::enqueue(const CollectiveDesc& desc,
-                               std::function<void(Communicator&)> fn) {
+CommHandle CommEngine::enqueue(const CollectiveDesc& desc, std::function<void(Communicator&)> fn) {
   auto task = std::make_shared<Task>();
   task->desc = desc;
   task->fn = std::move(fn);

@@ -22,8 +22,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -40,7 +40,7 @@ struct CommSpan {
   uint64_t tag = 0;      // the caller's id (e.g. the bucket index)
   int64_t start_ns = 0;  // steady_clock, since its epoch
   int64_t end_ns = 0;
-  size_t bytes = 0;      // this rank's buffer size
+  size_t bytes = 0;  // this rank's buffer size
 };
 
 // What every rank must agree on for one collective.
@@ -52,9 +52,9 @@ struct CollectiveDesc {
 };
 
 struct EngineOptions {
-  double timeout_s = 300;          // watchdog; 0 = off
-  bool check_every_call = false;   // metadata check on every collective, not only first use
-  RingOptions ring;                // for ring allreduces (average is set per call)
+  double timeout_s = 300;                  // watchdog; 0 = off
+  bool check_every_call = false;           // metadata check on every collective, not only first use
+  RingOptions ring;                        // for ring allreduces (average is set per call)
   WaitPolicy wait = WaitPolicy::polite();  // how the engine thread waits on messages
 };
 
@@ -70,8 +70,8 @@ class CommEngine {
   // fails with the same error without running (the ranks may be out of step).
   CommHandle enqueue(const CollectiveDesc& desc, std::function<void(Communicator&)> fn);
   // In-place AllReduce of buf by `algo`, divided by the world size when average.
-  CommHandle enqueue_allreduce(void* buf, size_t count, DType dt, AllreduceAlgo algo,
-                               bool average, uint64_t tag);
+  CommHandle enqueue_allreduce(void* buf, size_t count, DType dt, AllreduceAlgo algo, bool average,
+                               uint64_t tag);
 
   void wait(const CommHandle& handle) { handle.wait(); }
   void wait_all();  // until everything enqueued so far has run; rethrows the first failure
@@ -88,14 +88,14 @@ class CommEngine {
   Communicator& comm_;
   EngineOptions opts_;
   std::mutex mu_;
-  std::condition_variable wake_;      // engine thread: work or stop
-  std::condition_variable drained_;   // wait_all
-  std::condition_variable watch_;     // watchdog: a task started, or stop
+  std::condition_variable wake_;     // engine thread: work or stop
+  std::condition_variable drained_;  // wait_all
+  std::condition_variable watch_;    // watchdog: a task started, or stop
   std::deque<std::shared_ptr<Task>> queue_;
-  std::shared_ptr<Task> running_;     // under mu_
-  size_t unfinished_ = 0;             // queued + running
+  std::shared_ptr<Task> running_;  // under mu_
+  size_t unfinished_ = 0;          // queued + running
   bool stop_ = false;
-  std::exception_ptr failure_;        // first failure; later tasks fail with it
+  std::exception_ptr failure_;  // first failure; later tasks fail with it
   std::vector<CommSpan> spans_;
   std::set<std::pair<std::string, uint64_t>> seen_tags_;  // (op, tag); engine thread only
   std::thread thread_;

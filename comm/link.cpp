@@ -8,7 +8,8 @@ namespace {
 
 int64_t serialization_ns(const LinkConfig& link, size_t bytes) {
   if (link.bandwidth_gbps <= 0) return 0;
-  return std::llround(static_cast<double>(bytes) * 8.0 / link.bandwidth_gbps);  // bits / (Gb/s) = ns
+  return std::llround(static_cast<double>(bytes) * 8.0 /
+                      link.bandwidth_gbps);  // bits / (Gb/s) = ns
 }
 
 int64_t latency_ns(const LinkConfig& link) {

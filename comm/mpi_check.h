@@ -11,9 +11,9 @@ void mpi_check_failed(int code, const char* call, const char* file, int line);
 
 }  // namespace ringstep
 
-#define MPI_CHECK(call)                                                            \
-  do {                                                                             \
-    const int ringstep_mpi_rc_ = (call);                                           \
-    if (ringstep_mpi_rc_ != MPI_SUCCESS)                                           \
-      ::ringstep::mpi_check_failed(ringstep_mpi_rc_, #call, __FILE__, __LINE__);   \
+#define MPI_CHECK(call)                                                          \
+  do {                                                                           \
+    const int ringstep_mpi_rc_ = (call);                                         \
+    if (ringstep_mpi_rc_ != MPI_SUCCESS)                                         \
+      ::ringstep::mpi_check_failed(ringstep_mpi_rc_, #call, __FILE__, __LINE__); \
   } while (0)

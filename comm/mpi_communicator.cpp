@@ -22,9 +22,8 @@ void mpi_check_failed(int code, const char* call, const char* file, int line) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  throw CommError("MPI call failed on rank " + std::to_string(rank) + ": " + call + " -> " +
-                  text + " (code " + std::to_string(code) + ") at " + file + ":" +
-                  std::to_string(line));
+  throw CommError("MPI call failed on rank " + std::to_string(rank) + ": " + call + " -> " + text +
+                  " (code " + std::to_string(code) + ") at " + file + ":" + std::to_string(line));
 }
 
 int mpi_thread_level() {
@@ -231,7 +230,8 @@ void MpiCommunicator::allreduce(void* buf, size_t count, DType dt) {
 CommHandle MpiCommunicator::reduce_scatter_async(void* buf, size_t count, DType dt) {
   to_int_count(count, "reduce_scatter");
   auto r = std::make_shared<MpiRequest>(this, -1);
-  for (int k = 0; k < size_; ++k) r->counts.push_back(static_cast<int>(shard_of(count, size_, k).count));
+  for (int k = 0; k < size_; ++k)
+    r->counts.push_back(static_cast<int>(shard_of(count, size_, k).count));
   MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, r->counts.data(), mpi_type(dt), sum_op(dt),
                                 comm_, &r->req));
   // MPI leaves an in-place result at the start of buf; our contract puts it at the shard.

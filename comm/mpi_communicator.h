@@ -89,7 +89,7 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   MPI_Op sum_f16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
   LinkConfig link_;
-  std::vector<LinkPacer> pacers_;                              // per destination rank
+  std::vector<LinkPacer> pacers_;                               // per destination rank
   std::vector<std::deque<std::shared_ptr<PendingSend>>> held_;  // per destination, by release
   std::atomic<int> blocked_on_peer_{-1};
 };

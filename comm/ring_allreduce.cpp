@@ -165,11 +165,11 @@ size_t ring_chunks_per_segment(size_t count, int nranks, DType dt, size_t chunk_
   return std::max<size_t>(1, (seg_bytes + chunk - 1) / chunk);
 }
 
-void ring_allreduce(Communicator& comm, void* buf, size_t count, DType dt,
-                    const RingOptions& opt) {
+void ring_allreduce(Communicator& comm, void* buf, size_t count, DType dt, const RingOptions& opt) {
   if (comm.size() == 1 || count == 0) return;
   auto* bytes = static_cast<std::byte*>(buf);
-  if (count * dtype_size(dt) <= opt.small_bytes) return recursive_doubling(comm, bytes, count, dt, opt);
+  if (count * dtype_size(dt) <= opt.small_bytes)
+    return recursive_doubling(comm, bytes, count, dt, opt);
   ring_steps(comm, bytes, count, dt, 0, 2 * (comm.size() - 1), opt);
 }
 
@@ -178,8 +178,7 @@ void ring_reduce_scatter(Communicator& comm, void* buf, size_t count, DType dt,
   ring_steps(comm, static_cast<std::byte*>(buf), count, dt, 0, comm.size() - 1, opt);
 }
 
-void ring_allgather(Communicator& comm, void* buf, size_t count, DType dt,
-                    const RingOptions& opt) {
+void ring_allgather(Communicator& comm, void* buf, size_t count, DType dt, const RingOptions& opt) {
   const int n = comm.size();
   ring_steps(comm, static_cast<std::byte*>(buf), count, dt, n - 1, 2 * (n - 1), opt);
 }

@@ -25,7 +25,7 @@
 namespace ringstep {
 
 enum class AllreduceAlgo { ring, native };
-const char* allreduce_algo_name(AllreduceAlgo algo);  // "ring" | "native"
+const char* allreduce_algo_name(AllreduceAlgo algo);          // "ring" | "native"
 AllreduceAlgo parse_allreduce_algo(const std::string& name);  // throws InputError
 
 struct RingOptions {

@@ -1,6 +1,6 @@
 // Training data: a stream of token sequences per rank, from the seeded synthetic Markov
 // source (default; its entropy floor is known exactly) or from a byte-level token file
-// written by `ringstep prepare`. docs/formats.md describes both. Errors in user data are
+// written by `ringstep prepare` (docs/data.md, docs/formats.md). Errors in user data are
 // InputError naming the file, the offset and what was expected.
 #pragma once
 

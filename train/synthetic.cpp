@@ -57,34 +57,34 @@ MarkovChain::MarkovChain(int vocab_size, uint64_t seed) : vocab_(vocab_size) {
 
 void MarkovChain::build_successors(uint64_t seed) {
   SplitMix64 rng(seed, kChainStream);
-  const int S = num_states();
-  num_succ_.assign(S, 0);
-  succ_.assign(static_cast<size_t>(S) * kMaxSuccessors, 0);
-  q_.assign(static_cast<size_t>(S) * kMaxSuccessors, 0.0);
-  for (int s = 0; s < S; ++s) {
-    const int k_max = std::min(vocab_, 4 + static_cast<int>(rng.below(kMaxSuccessors - 3)));
-    int32_t* succ = &succ_[static_cast<size_t>(s) * kMaxSuccessors];
-    double* q = &q_[static_cast<size_t>(s) * kMaxSuccessors];
-    double total = 0;
-    for (int k = 0; k < k_max; ++k) {
-      int32_t x;
-      do x = static_cast<int32_t>(rng.below(vocab_));
-      while (std::find(succ, succ + k, x) != succ + k);
-      succ[k] = x;
-      // Gamma(2) = -log(u1 u2), so the normalised weights are Dirichlet(2, ..., 2).
-      q[k] = -std::log((1.0 - rng.uniform()) * (1.0 - rng.uniform()));
-      total += q[k];
+  num_succ_.assign(vocab_, 0);
+  succ_.assign(static_cast<size_t>(vocab_) * kMaxSuccessors, 0);
+  q_.assign(static_cast<size_t>(num_states()) * kMaxSuccessors, 0.0);
+  for (int a = 0; a < vocab_; ++a) {
+    const int n = std::min(
+        vocab_, kMinSuccessors + static_cast<int>(rng.below(kMaxSuccessors - kMinSuccessors + 1)));
+    int32_t* succ = &succ_[static_cast<size_t>(a) * kMaxSuccessors];
+    for (int k = 0; k < n; ++k) {
+      do succ[k] = static_cast<int32_t>(rng.below(vocab_));
+      while (std::find(succ, succ + k, succ[k]) != succ + k);
     }
-    for (int k = 0; k < k_max; ++k) q[k] /= total;
-    num_succ_[s] = k_max;
+    num_succ_[a] = n;
+    for (int s = 2 * a; s <= 2 * a + 1; ++s) {
+      // Gamma(2) = -log(u1 u2), so the normalised weights are Dirichlet(2, ..., 2).
+      double* q = &q_[static_cast<size_t>(s) * kMaxSuccessors];
+      double total = 0;
+      for (int k = 0; k < n; ++k)
+        total += q[k] = -std::log((1.0 - rng.uniform()) * (1.0 - rng.uniform()));
+      for (int k = 0; k < n; ++k) q[k] /= total;
+    }
   }
 }
 
 double MarkovChain::prob(int state, int token) const {
-  const size_t base = static_cast<size_t>(state) * kMaxSuccessors;
+  const int32_t* succ = successors(state);
   double p = kUniformMix / vocab_;
-  for (int k = 0; k < num_succ_[state]; ++k)
-    if (succ_[base + k] == token) p += (1 - kUniformMix) * q_[base + k];
+  for (int k = 0; k < num_successors(state); ++k)
+    if (succ[k] == token) p += (1 - kUniformMix) * weights(state)[k];
   return p;
 }
 
@@ -99,9 +99,8 @@ void MarkovChain::solve_stationary() {
     for (int s = 0; s < S; ++s) {
       const int c = (s >> 1) & 1;
       mass[c] += pi[s];
-      const size_t base = static_cast<size_t>(s) * kMaxSuccessors;
-      for (int k = 0; k < num_succ_[s]; ++k)
-        next[2 * succ_[base + k] + c] += (1 - kUniformMix) * pi[s] * q_[base + k];
+      for (int k = 0; k < num_successors(s); ++k)
+        next[2 * successors(s)[k] + c] += (1 - kUniformMix) * pi[s] * weights(s)[k];
     }
     double total = 0;
     for (int s = 0; s < S; ++s) total += (next[s] += kUniformMix / vocab_ * mass[s & 1]);
@@ -124,34 +123,20 @@ void MarkovChain::solve_stationary() {
 
 // H = sum_s pi(s) H(P(.|s)). H(X1|X0) = sum_a m(a) H(R_a) with m(a) = pi(a,0) + pi(a,1)
 // and R_a = sum_b pi(a,b)/m(a) P(.|a,b): one token does not reveal the bit before it.
+// Both contexts of token a share its successors, so R_a mixes the two weight vectors.
 void MarkovChain::compute_entropies() {
-  std::vector<double> mass;
   entropy_rate_ = 0;
-  for (int s = 0; s < num_states(); ++s) {
-    const size_t base = static_cast<size_t>(s) * kMaxSuccessors;
-    mass.assign(q_.begin() + base, q_.begin() + base + num_succ_[s]);
-    entropy_rate_ += pi_[s] * mixed_entropy(mass, vocab_);
-  }
   first_step_entropy_ = 0;
-  std::vector<int32_t> tokens;
+  std::vector<double> mass;
   for (int a = 0; a < vocab_; ++a) {
-    const double m = pi_[2 * a] + pi_[2 * a + 1];
-    if (m <= 0) continue;
-    tokens.clear();
-    mass.clear();
-    for (int s = 2 * a; s <= 2 * a + 1; ++s) {
-      const size_t base = static_cast<size_t>(s) * kMaxSuccessors;
-      for (int k = 0; k < num_succ_[s]; ++k) {
-        const double w = pi_[s] / m * q_[base + k];
-        auto it = std::find(tokens.begin(), tokens.end(), succ_[base + k]);
-        if (it != tokens.end()) {
-          mass[it - tokens.begin()] += w;
-        } else {
-          tokens.push_back(succ_[base + k]);
-          mass.push_back(w);
-        }
-      }
+    const int s0 = 2 * a, s1 = 2 * a + 1, n = num_successors(s0);
+    const double m = pi_[s0] + pi_[s1];
+    for (int s : {s0, s1}) {
+      mass.assign(weights(s), weights(s) + n);
+      entropy_rate_ += pi_[s] * mixed_entropy(mass, vocab_);
     }
+    if (m <= 0) continue;
+    for (int k = 0; k < n; ++k) mass[k] = (pi_[s0] * weights(s0)[k] + pi_[s1] * weights(s1)[k]) / m;
     first_step_entropy_ += m * mixed_entropy(mass, vocab_);
   }
 }
@@ -170,13 +155,14 @@ int MarkovChain::sample_token(int state, SplitMix64& rng) const {
   const double u = rng.uniform();
   if (u < kUniformMix) return static_cast<int>(rng.below(vocab_));
   double v = (u - kUniformMix) / (1 - kUniformMix);
-  const size_t base = static_cast<size_t>(state) * kMaxSuccessors;
-  const int n = num_succ_[state];
+  const int32_t* succ = successors(state);
+  const double* q = weights(state);
+  const int n = num_successors(state);
   for (int k = 0; k < n - 1; ++k) {
-    if (v < q_[base + k]) return succ_[base + k];
-    v -= q_[base + k];
+    if (v < q[k]) return succ[k];
+    v -= q[k];
   }
-  return succ_[base + n - 1];
+  return succ[n - 1];
 }
 
 namespace {

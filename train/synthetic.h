@@ -1,9 +1,9 @@
 // The synthetic data source: a seeded Markov chain over the vocabulary whose next token
 // depends on the previous token and the low bit of the token before it (2V contexts).
-// Each context has 4-8 likely successors (weights ~ Dirichlet(2)), mixed with a uniform
-// component of weight kUniformMix, so the chain is irreducible and aperiodic and its
-// entropy rate lies between 1 and 3 nats/token. Its stationary distribution and entropies
-// are computed exactly at construction; docs/formats.md gives the formulas.
+// Each token has 4-8 likely successors, which its two contexts weight differently
+// (Dirichlet(2) weights per context); a uniform part of weight kUniformMix keeps the chain
+// irreducible and aperiodic. The stationary distribution and the entropies are computed
+// exactly at construction; docs/data.md gives the formulas.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +31,7 @@ class SplitMix64 {
 class MarkovChain {
  public:
   static constexpr double kUniformMix = 0.02;
+  static constexpr int kMinSuccessors = 4;
   static constexpr int kMaxSuccessors = 8;
   static constexpr double kStationaryTol = 1e-12;  // L1 change of one power iteration
 
@@ -38,8 +39,7 @@ class MarkovChain {
 
   int vocab_size() const { return vocab_; }
   int num_states() const { return 2 * vocab_; }
-  // State after seeing ... PREV2, PREV: the context of the next token.
-  static int state_of(int prev, int prev2) { return 2 * prev + (prev2 & 1); }
+  // State s = 2 * a + b: previous token a, low bit b of the token before it.
   static int next_state(int state, int token) { return 2 * token + ((state >> 1) & 1); }
 
   double prob(int state, int token) const;                           // P(token | state)
@@ -57,8 +57,17 @@ class MarkovChain {
   void solve_stationary();
   void compute_entropies();
 
+  // Context s = (a, b) has token a's num_succ_[a] distinct successors succ_[a*kMax + k],
+  // weighted by q_[s*kMax + k].
+  int num_successors(int state) const { return num_succ_[state >> 1]; }
+  const int32_t* successors(int state) const {
+    return &succ_[static_cast<size_t>(state >> 1) * kMaxSuccessors];
+  }
+  const double* weights(int state) const {
+    return &q_[static_cast<size_t>(state) * kMaxSuccessors];
+  }
+
   int vocab_;
-  // Context s has num_succ_[s] distinct successors succ_[s*kMax + k] with weights q_[...].
   std::vector<int> num_succ_;
   std::vector<int32_t> succ_;
   std::vector<double> q_;

@@ -8,6 +8,8 @@
 // Determinism: every reduction over rows (dweight, dbias, dwte, dwpe) runs serially in row
 // order, so results do not depend on the thread count; row-parallel loops write disjoint
 // rows.
+#include "core/cpu/ops.h"
+
 // GCC 12 reports its own _mm512_undefined_* intrinsics (inlined through Eigen's AVX-512
 // packets) as maybe-uninitialized; a known false positive (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -15,8 +17,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-
-#include "core/cpu/ops.h"
 
 namespace ringstep::cpu {
 namespace {
@@ -33,7 +33,7 @@ template <typename T>
 using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 // Below this many elements an OpenMP fork/join costs about as much as it saves.
-constexpr std::ptrdiff_t kParallelMinElems = std::ptrdiff_t{1} << 15;
+constexpr size_t kParallelMinElems = size_t{1} << 15;
 // Elementwise ops walk their arrays in chunks that fit in L1 next to their operands.
 constexpr size_t kChunk = 1024;
 
@@ -41,7 +41,7 @@ constexpr size_t kChunk = 1024;
 template <typename F>
 void for_each_chunk(size_t n, F&& f) {
   const std::ptrdiff_t chunks = static_cast<std::ptrdiff_t>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (static_cast<std::ptrdiff_t>(n) >= kParallelMinElems)
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElems)
   for (std::ptrdiff_t c = 0; c < chunks; ++c) {
     const size_t begin = static_cast<size_t>(c) * kChunk;
     f(begin, static_cast<Eigen::Index>(std::min(kChunk, n - begin)));
@@ -54,7 +54,7 @@ template <typename T>
 void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tt,
                      int C) {
   const int N = B * Tt;
-#pragma omp parallel for schedule(static) if (std::ptrdiff_t{N} * C >= kParallelMinElems)
+#pragma omp parallel for schedule(static) if (size_t(N) * C >= kParallelMinElems)
   for (int n = 0; n < N; ++n) {
     ArrayMap<T>(out + size_t(n) * C, C) = ConstArrayMap<T>(wte + size_t(tokens[n]) * C, C) +
                                           ConstArrayMap<T>(wpe + size_t(n % Tt) * C, C);
@@ -76,7 +76,7 @@ template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int N, int C) {
   const ConstArrayMap<T> w(weight, C), b(bias, C);
-#pragma omp parallel for schedule(static) if (std::ptrdiff_t{N} * C >= kParallelMinElems)
+#pragma omp parallel for schedule(static) if (size_t(N) * C >= kParallelMinElems)
   for (int n = 0; n < N; ++n) {
     const ConstArrayMap<T> x(inp + size_t(n) * C, C);
     // Two-pass variance (mean first, then squared deviations): the row is in L1 and it
@@ -90,8 +90,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 }
 
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int N, int C) {
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int N, int C) {
   const ConstArrayMap<T> w(weight, C);
   ArrayMap<T> dw(dweight, C), db(dbias, C);
   // With xhat = (x - mean) * rstd and g = dout * w:
@@ -123,8 +123,8 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 }
 
 template <typename T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                     const T* weight, int N, int C, int OC) {
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC) {
   const ConstMatrixMap<T> dy(dout, N, OC), x(inp, N, C), w(weight, OC, C);
   if (dinp != nullptr) MatrixMap<T>(dinp, N, C).noalias() += dy * w;
   MatrixMap<T>(dweight, OC, C).noalias() += dy.transpose() * x;
@@ -186,7 +186,7 @@ void residual_backward(T* da, T* db, const T* dout, size_t n) {
 template <typename T>
 void softmax_crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets,
                                   int N, int V) {
-#pragma omp parallel for schedule(static) if (std::ptrdiff_t{N} * V >= kParallelMinElems)
+#pragma omp parallel for schedule(static) if (size_t(N) * V >= kParallelMinElems)
   for (int n = 0; n < N; ++n) {
     const ConstArrayMap<T> z(logits + size_t(n) * V, V);
     ArrayMap<T> p(probs + size_t(n) * V, V);
@@ -202,26 +202,26 @@ void softmax_crossentropy_forward(T* losses, T* probs, const T* logits, const in
 template <typename T>
 void softmax_crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss,
                                    int N, int V) {
-#pragma omp parallel for schedule(static) if (std::ptrdiff_t{N} * V >= kParallelMinElems)
+#pragma omp parallel for schedule(static) if (size_t(N) * V >= kParallelMinElems)
   for (int n = 0; n < N; ++n) {
     ArrayMap<T>(dlogits + size_t(n) * V, V) += ConstArrayMap<T>(probs + size_t(n) * V, V) * dloss;
     dlogits[size_t(n) * V + targets[n]] -= dloss;
   }
 }
 
-#define RINGSTEP_INSTANTIATE_OPS(T)                                                            \
-  template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int);     \
-  template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int, int, int);          \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);      \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,      \
-                                      const T*, int, int);                                     \
-  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);            \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);   \
-  template void gelu_forward<T>(T*, const T*, size_t);                                         \
-  template void gelu_backward<T>(T*, const T*, const T*, size_t);                              \
-  template void residual_forward<T>(T*, const T*, const T*, size_t);                           \
-  template void residual_backward<T>(T*, T*, const T*, size_t);                                \
-  template void softmax_crossentropy_forward<T>(T*, T*, const T*, const int32_t*, int, int);   \
+#define RINGSTEP_INSTANTIATE_OPS(T)                                                          \
+  template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int);   \
+  template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int, int, int);        \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);    \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,    \
+                                      const T*, int, int);                                   \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);          \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int); \
+  template void gelu_forward<T>(T*, const T*, size_t);                                       \
+  template void gelu_backward<T>(T*, const T*, const T*, size_t);                            \
+  template void residual_forward<T>(T*, const T*, const T*, size_t);                         \
+  template void residual_backward<T>(T*, T*, const T*, size_t);                              \
+  template void softmax_crossentropy_forward<T>(T*, T*, const T*, const int32_t*, int, int); \
   template void softmax_crossentropy_backward<T>(T*, const T*, const int32_t*, T, int, int);
 
 RINGSTEP_INSTANTIATE_OPS(float)

@@ -8,7 +8,10 @@
 // blocks of 64 they do 10/16 of the full T x T work; the exact causal half is 8/16).
 //
 // Pairs run in parallel; each writes only its own head's slices of out, att and dqkv, so
-// the result does not depend on the thread count.
+// the result does not depend on the thread count. Inside that loop each GEMM runs on one
+// BLAS thread (see OneBlasThread).
+#include "core/cpu/ops.h"
+
 // GCC 12 reports its own _mm512_undefined_* intrinsics (inlined through Eigen's AVX-512
 // packets) as maybe-uninitialized; a known false positive (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -19,7 +22,13 @@
 #include <limits>
 #include <vector>
 
-#include "core/cpu/ops.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef RINGSTEP_HAVE_BLAS
+extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int num_threads);
+#endif
 
 namespace ringstep::cpu {
 namespace {
@@ -40,6 +49,41 @@ template <typename T>
 using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 constexpr int kQueryBlock = 64;
+
+// OpenMP threads for the per-head loop (1 when there is a single pair).
+int head_loop_threads(int pairs) {
+#ifdef _OPENMP
+  return pairs > 1 ? omp_get_max_threads() : 1;
+#else
+  return 1;
+#endif
+}
+
+// While the per-head loop runs on several threads, OpenBLAS runs on one: its pthreads
+// build serialises threaded GEMMs issued from several threads at once (a global level-3
+// lock) and would oversubscribe the cores. Restores the previous count on scope exit. The
+// OpenMP build of OpenBLAS maps this call to omp_set_num_threads, hence the explicit
+// num_threads on the parallel loops.
+class OneBlasThread {
+ public:
+  explicit OneBlasThread(int loop_threads) {
+#ifdef RINGSTEP_HAVE_BLAS
+    if (loop_threads > 1 && (saved_ = openblas_get_num_threads()) > 1) {
+      openblas_set_num_threads(1);
+    }
+#endif
+  }
+  ~OneBlasThread() {
+#ifdef RINGSTEP_HAVE_BLAS
+    if (saved_ > 1) openblas_set_num_threads(saved_);
+#endif
+  }
+  OneBlasThread(const OneBlasThread&) = delete;
+  OneBlasThread& operator=(const OneBlasThread&) = delete;
+
+ private:
+  int saved_ = 0;
+};
 
 // The q, k or v slice (part 0, 1, 2) of head h of batch row b inside qkv[B, Tt, 3C].
 template <typename T>
@@ -97,7 +141,9 @@ template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tt, int C, int NH) {
   const int hs = C / NH;
   const T scale = T(1) / std::sqrt(T(hs));
-#pragma omp parallel for schedule(static) if (B * NH > 1)
+  const int threads = head_loop_threads(B * NH);
+  const OneBlasThread one_blas_thread(threads);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
     const auto q = head_slice(qkv, 0, b, h, Tt, C, hs);
@@ -116,11 +162,13 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tt, int C, int N
 }
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tt,
-                        int C, int NH) {
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tt, int C,
+                        int NH) {
   const int hs = C / NH;
   const T scale = T(1) / std::sqrt(T(hs));
-#pragma omp parallel for schedule(static) if (B * NH > 1)
+  const int threads = head_loop_threads(B * NH);
+  const OneBlasThread one_blas_thread(threads);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
     const auto q = head_slice(qkv, 0, b, h, Tt, C, hs);
@@ -152,9 +200,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
 
 template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
 template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
-template void attention_backward<float>(float*, const float*, const float*, const float*, int,
-                                        int, int, int);
-template void attention_backward<double>(double*, const double*, const double*, const double*,
-                                         int, int, int, int);
+template void attention_backward<float>(float*, const float*, const float*, const float*, int, int,
+                                        int, int);
+template void attention_backward<double>(double*, const double*, const double*, const double*, int,
+                                         int, int, int);
 
 }  // namespace ringstep::cpu

@@ -1,7 +1,8 @@
 // Option parsing of `ringstep bench allreduce` (comm/bench.h).
+#include "comm/bench.h"
+
 #include <gtest/gtest.h>
 
-#include "comm/bench.h"
 #include "core/error.h"
 
 namespace ringstep {
@@ -25,7 +26,8 @@ TEST(CommBenchSize, RejectsBadInputNamingIt) {
       parse_size_bytes(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos)
+          << e.what();
     }
   }
 }

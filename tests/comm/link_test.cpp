@@ -1,7 +1,7 @@
 // The link-emulation pacing arithmetic (comm/link.h), as pure functions: no clocks read.
-#include <gtest/gtest.h>
-
 #include "comm/link.h"
+
+#include <gtest/gtest.h>
 
 namespace ringstep {
 namespace {

@@ -1,11 +1,12 @@
 // Pure pieces of the ring: segment ownership, sub-chunk counts, the reduction kernel.
+#include "comm/ring_allreduce.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "comm/reduce.h"
-#include "comm/ring_allreduce.h"
 #include "core/error.h"
 
 namespace ringstep {
@@ -69,7 +70,8 @@ TEST(CommReduce, HalfPrecisionRoundsOncePerHop) {
   reduce_sum(a.data(), b.data(), a.size(), DType::f16);
   EXPECT_EQ(fp16_to_fp32(a[0]), 2048.0f);
   EXPECT_EQ(fp16_to_fp32(a[1]), 2052.0f);
-  EXPECT_EQ(a[2], fp32_to_fp16(fp16_to_fp32(fp32_to_fp16(0.1f)) + fp16_to_fp32(fp32_to_fp16(0.2f))));
+  EXPECT_EQ(a[2],
+            fp32_to_fp16(fp16_to_fp32(fp32_to_fp16(0.1f)) + fp16_to_fp32(fp32_to_fp16(0.2f))));
   // bf16 keeps 8 significant bits: 256 + 1 is a tie -> 256; 258 + 1 -> 260.
   std::vector<uint16_t> c = {fp32_to_bf16(256), fp32_to_bf16(258)};
   std::vector<uint16_t> d = {fp32_to_bf16(1), fp32_to_bf16(1)};

@@ -135,13 +135,14 @@ void expect_mismatch_error(size_t count_on_last, DType dt_on_last, const char* w
   } catch (const CommError& e) {
     message = e.what();
   }
-  EXPECT_NE(message.find("rank(s) " + std::to_string(last)), std::string::npos) << what << ": " << message;
+  EXPECT_NE(message.find("rank(s) " + std::to_string(last)), std::string::npos)
+      << what << ": " << message;
   EXPECT_NE(message.find("rank 0"), std::string::npos) << message;
   EXPECT_NE(message.find("tag 42"), std::string::npos) << message;
   // Later collectives fail fast with the same error instead of running out of step.
-  EXPECT_THROW(engine.wait(engine.enqueue_allreduce(buf.data(), count, dt, AllreduceAlgo::ring,
-                                                    false, 43)),
-               CommError);
+  EXPECT_THROW(
+      engine.wait(engine.enqueue_allreduce(buf.data(), count, dt, AllreduceAlgo::ring, false, 43)),
+      CommError);
   EXPECT_THROW(engine.wait_all(), CommError);
 }
 

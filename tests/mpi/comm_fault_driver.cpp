@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   std::vector<float> grads(1 << 18, 1.0f);
   for (int step = 0; step < 100000; ++step) {
     if (step == 5 && comm.rank() == 1) {
-      std::fprintf(stderr, "[rank 1] %s at step %d\n", kill_mode ? "raising SIGKILL" : "hanging", step);
+      std::fprintf(stderr, "[rank 1] %s at step %d\n", kill_mode ? "raising SIGKILL" : "hanging",
+                   step);
       std::fflush(stderr);
       if (kill_mode) raise(SIGKILL);
       for (;;) pause();

@@ -38,7 +38,8 @@ TEST(CommMpi, NativeAllreduceSumsEveryDtype) {
     comm.allreduce(buf.data(), count, dt);
     comm.allreduce_async(async.data(), count, dt).wait();
     size_t wrong = 0;
-    for (size_t i = 0; i < count; ++i) wrong += !buf.same_bits(expected, i) + !async.same_bits(expected, i);
+    for (size_t i = 0; i < count; ++i)
+      wrong += !buf.same_bits(expected, i) + !async.same_bits(expected, i);
     EXPECT_EQ(wrong, 0u) << dtype_name(dt);
   }
 }
@@ -71,11 +72,13 @@ TEST(CommMpi, AlltoallSwapsBlocks) {
   const size_t block = 1001;
   Buffer buf(DType::f32, block * n);
   for (int j = 0; j < n; ++j)
-    for (size_t k = 0; k < block; ++k) buf.set(j * block + k, comm.rank() * 1000.0f + j + k * 1e-3f);
+    for (size_t k = 0; k < block; ++k)
+      buf.set(j * block + k, comm.rank() * 1000.0f + j + k * 1e-3f);
   comm.alltoall(buf.data(), buf.count(), DType::f32);
   size_t wrong = 0;
   for (int j = 0; j < n; ++j)  // block j now holds what rank j sent to us
-    for (size_t k = 0; k < block; ++k) wrong += buf.get(j * block + k) != j * 1000.0f + comm.rank() + k * 1e-3f;
+    for (size_t k = 0; k < block; ++k)
+      wrong += buf.get(j * block + k) != j * 1000.0f + comm.rank() + k * 1e-3f;
   EXPECT_EQ(wrong, 0u);
   // Checked before any message moves, identically on every rank.
   if (n > 1) EXPECT_THROW(comm.alltoall(buf.data(), block * n + 1, DType::f32), CommError);
@@ -93,7 +96,8 @@ TEST(CommMpi, BroadcastFromEveryRoot) {
     comm.broadcast_async(async.data(), async.count(), DType::bf16, root).wait();
     size_t wrong = 0;
     for (size_t i = 0; i < buf.count(); ++i)
-      wrong += (buf.get(i) != static_cast<float>(i % 50)) + (async.get(i) != static_cast<float>(i % 60));
+      wrong +=
+          (buf.get(i) != static_cast<float>(i % 50)) + (async.get(i) != static_cast<float>(i % 60));
     EXPECT_EQ(wrong, 0u) << "root " << root;
   }
 }
@@ -128,7 +132,8 @@ TEST(CommMpi, PointToPointAroundTheRing) {
   EXPECT_TRUE(recv.test());
   const int left = (r + n - 1) % n;
   size_t wrong = 0;
-  for (size_t i = 0; i < in.count(); ++i) wrong += in.get(i) != static_cast<float>(left * 100 + i % 97);
+  for (size_t i = 0; i < in.count(); ++i)
+    wrong += in.get(i) != static_cast<float>(left * 100 + i % 97);
   EXPECT_EQ(wrong, 0u);
 }
 

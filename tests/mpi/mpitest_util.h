@@ -60,7 +60,8 @@ inline float rounded(DType dt, float v) {
 // power of two in [2^-23, 2^-18] from a hash, so that sums need rounding. Built without
 // arithmetic rounding (ldexp is exact), so no compiler contraction can change a value.
 inline float wavy_value(int rank, size_t i) {
-  uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(rank) + 1) * 0xC2B2AE3D27D4EB4Full;
+  uint64_t h =
+      (i + 1) * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(rank) + 1) * 0xC2B2AE3D27D4EB4Full;
   h ^= h >> 29;
   h *= 0xBF58476D1CE4E5B9ull;
   h ^= h >> 32;
@@ -77,8 +78,9 @@ inline float exact_value(int rank, size_t i) {
 
 // Unit roundoff of the arithmetic each hop rounds to.
 inline double unit_roundoff(DType dt) {
-  return dt == DType::f32 ? std::ldexp(1.0, -24) : dt == DType::f16 ? std::ldexp(1.0, -11)
-                                                                   : std::ldexp(1.0, -8);
+  return dt == DType::f32   ? std::ldexp(1.0, -24)
+         : dt == DType::f16 ? std::ldexp(1.0, -11)
+                            : std::ldexp(1.0, -8);
 }
 
 inline uint64_t fnv1a(const void* data, size_t bytes) {

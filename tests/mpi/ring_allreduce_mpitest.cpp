@@ -117,8 +117,8 @@ std::string case_name(const ::testing::TestParamInfo<Params>& info) {
 std::vector<Params> all_cases() {
   std::vector<Params> cases;
   for (DType dt : {DType::f32, DType::f16, DType::bf16})
-    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, kRanksMinusOne, size_t{1'000'003},
-                         kManySubChunks})
+    for (size_t count :
+         {size_t{0}, size_t{1}, size_t{7}, kRanksMinusOne, size_t{1'000'003}, kManySubChunks})
       for (Path path : {Path::ring, Path::recursive_doubling, Path::defaults})
         cases.push_back({dt, count, path});
   return cases;
@@ -175,8 +175,8 @@ TEST(RingReduceScatter, OwnShardHoldsTheSum) {
   auto& comm = world();
   const int n = comm.size();
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
-    for (size_t count : {size_t{1}, size_t{static_cast<size_t>(n) - 1}, size_t{10'007},
-                         size_t{1'000'003}}) {
+    for (size_t count :
+         {size_t{1}, size_t{static_cast<size_t>(n) - 1}, size_t{10'007}, size_t{1'000'003}}) {
       for (bool average : {false, true}) {
         Buffer buf(dt, count);
         std::vector<double> ref, mag;
@@ -185,9 +185,9 @@ TEST(RingReduceScatter, OwnShardHoldsTheSum) {
         opt.average = average;
         ring_reduce_scatter(comm, buf.data(), count, dt, opt);
         const Shard mine = shard_of(count, n, comm.rank());
-        EXPECT_EQ(count_off(buf, ref, mag, n, average ? n : 1.0, mine.offset,
-                            mine.offset + mine.count),
-                  0u)
+        EXPECT_EQ(
+            count_off(buf, ref, mag, n, average ? n : 1.0, mine.offset, mine.offset + mine.count),
+            0u)
             << dtype_name(dt) << " count " << count;
       }
     }
@@ -207,7 +207,8 @@ TEST(RingReduceScatter, MatchesNativeOnExactInputs) {
     comm.reduce_scatter(native.data(), count, dt);
     const Shard mine = shard_of(count, comm.size(), comm.rank());
     size_t differ = 0;
-    for (size_t i = mine.offset; i < mine.offset + mine.count; ++i) differ += !ring.same_bits(native, i);
+    for (size_t i = mine.offset; i < mine.offset + mine.count; ++i)
+      differ += !ring.same_bits(native, i);
     EXPECT_EQ(differ, 0u) << dtype_name(dt);
   }
 }
@@ -233,7 +234,8 @@ void check_allgather(bool native, size_t count, DType dt) {
     for (size_t i = s.offset; i < s.offset + s.count; ++i)
       wrong += buf.get(i) != testing::rounded(dt, testing::wavy_value(r, i));
   }
-  EXPECT_EQ(wrong, 0u) << (native ? "native" : "ring") << " " << dtype_name(dt) << " count " << count;
+  EXPECT_EQ(wrong, 0u) << (native ? "native" : "ring") << " " << dtype_name(dt) << " count "
+                       << count;
 }
 
 TEST(RingAllgather, GathersEveryShard) {

@@ -40,7 +40,8 @@ Batch next(DataSource& source, int B, int T) {
   return b;
 }
 
-// -mean log P(x_t | context) over a sampled stream, and the standard error of that mean.
+// -mean log P(x_t | context) over a sampled stream, and the standard error of that mean
+// (i.i.d. formula; the chain mixes fast, and the seeds are fixed, so 4 errors is a stable bound).
 struct Estimate {
   double mean, stderr_;
 };
@@ -89,7 +90,7 @@ TEST(Synthetic, EntropyRateMatchesSampledStream) {
   const MarkovChain chain(256, 1234);
   const Estimate e = empirical_entropy(chain, 2'000'000, 1,
                                        [&](int s, int x) { return std::log(chain.prob(s, x)); });
-  EXPECT_NEAR(e.mean, chain.entropy_rate(), std::max(3 * e.stderr_, 0.01));
+  EXPECT_NEAR(e.mean, chain.entropy_rate(), 4 * e.stderr_);
 }
 
 // H(X1|X0), the first term of the window floor, against a stream scored by a model that
@@ -101,7 +102,7 @@ TEST(Synthetic, FirstStepEntropyMatchesSampledStream) {
     const int a0 = s & ~1, a1 = s | 1;
     return std::log((pi[a0] * chain.prob(a0, x) + pi[a1] * chain.prob(a1, x)) / (pi[a0] + pi[a1]));
   });
-  EXPECT_NEAR(e.mean, chain.first_step_entropy(), std::max(3 * e.stderr_, 0.01));
+  EXPECT_NEAR(e.mean, chain.first_step_entropy(), 4 * e.stderr_);
 }
 
 TEST(Synthetic, EntropyRateBetweenOneAndThreeNats) {
