@@ -145,7 +145,8 @@ class Bench {
         if (check) rows[a].wrong = count_wrong(count);
       }
     };
-    for (int i = 0; i < std::max(1, opts_.warmup); ++i) iteration(false);
+    const int warmup = opts_.warmup > 0 ? opts_.warmup : bytes < (size_t{1} << 20) ? 20 : 5;
+    for (int i = 0; i < warmup; ++i) iteration(false);
     int iters = opts_.iters;
     if (iters <= 0) {  // the same decision on every rank: from the slowest rank's warm-up
       double est_us = 1.0;
@@ -222,11 +223,11 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
                 comm.local_size(), dtype_name(opts.dtype), algo_list(opts.algos).c_str());
     const bool spin = opts.wait.spin_ns == WaitPolicy::spin().spin_ns;
     std::printf(
-        "# warmup %d, iters %s, ring sub-chunk %zu B, window %d, recursive doubling <= %zu B,"
+        "# warmup %s, iters %s, ring sub-chunk %zu B, window %d, recursive doubling <= %zu B,"
         " waits %s\n",
-        std::max(1, opts.warmup), opts.iters ? std::to_string(opts.iters).c_str() : "auto",
-        opts.ring.chunk_bytes, opts.ring.window, opts.ring.small_bytes,
-        spin ? "spin" : "polite (backoff)");
+        opts.warmup ? std::to_string(opts.warmup).c_str() : "auto",
+        opts.iters ? std::to_string(opts.iters).c_str() : "auto", opts.ring.chunk_bytes,
+        opts.ring.window, opts.ring.small_bytes, spin ? "spin" : "polite (backoff)");
     if (link_enabled(opts.link))
       std::printf("# link emulation ON: %.3g Gb/s, %.3g us latency\n", opts.link.bandwidth_gbps,
                   opts.link.latency_us);

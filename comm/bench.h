@@ -23,7 +23,7 @@ struct AllreduceBenchOptions {
   int factor = 4;                       // -f: sizes min, min*f, ... <= max
   DType dtype = DType::f32;
   int iters = 0;          // timed iterations per row; 0 = auto (~0.25 s per row, 10..1000)
-  int warmup = 5;         // untimed iterations per row (at least 1 is run)
+  int warmup = 0;         // untimed iterations per size; 0 = auto (20 below 1 MiB, else 5)
   std::string json_path;  // "" = no JSON
   RingOptions ring;       // ring tuning (average is ignored: the bench sums)
   LinkConfig link;        // link emulation for both algorithms (0 = off)

@@ -30,7 +30,7 @@ AllreduceAlgo parse_allreduce_algo(const std::string& name);  // throws InputErr
 
 struct RingOptions {
   bool average = false;            // divide the sum by the world size (in the last hop)
-  size_t chunk_bytes = 128 << 10;  // pipelining sub-chunk
+  size_t chunk_bytes = 512 << 10;  // pipelining sub-chunk (docs/comm.md: tuning)
   int window = 2;                  // sub-chunks in flight per direction
   size_t small_bytes = 16 << 10;   // at or below: recursive doubling (ring_allreduce only)
   int tag = 0x5249;                // point-to-point tag of ring messages

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "comm/bench.h"
+#include "comm/mpi_communicator.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "train/data.h"
@@ -27,8 +29,12 @@ void add_bench_subcommands(CLI::App& bench, BenchCommand& opts) {
 
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides,
               int argc, char** argv) {
+  // Every rank reads and checks the config itself: a bad one fails on all ranks alike,
+  // before any communication.
   Config cfg = load_config(config_path, overrides);
-  train(cfg, nullptr);
+  MpiSession mpi(&argc, &argv);
+  MpiCommunicator comm(MPI_COMM_WORLD, cfg.comm.link);
+  train(cfg, comm.size() > 1 ? &comm : nullptr);
   return 0;
 }
 
@@ -39,7 +45,18 @@ int run_prepare(const std::string& input, const std::string& output) {
 }
 
 int run_bench(const BenchCommand& opts, int argc, char** argv) {
-  throw InputError("bench " + opts.which + ": not available in this build yet");
+  AllreduceBenchOptions o;
+  o.algos = parse_allreduce_algos(opts.algos);
+  o.min_bytes = parse_size_bytes(opts.min_size);
+  o.max_bytes = parse_size_bytes(opts.max_size);
+  o.factor = opts.factor;
+  o.dtype = parse_dtype(opts.dtype);
+  o.iters = opts.iters;
+  o.warmup = opts.warmup;
+  o.json_path = opts.json_path;
+  bench_sizes(o.min_bytes, o.max_bytes, o.factor);  // bad ranges fail before MPI starts
+  MpiSession mpi(&argc, &argv);
+  return run_allreduce_bench(o);
 }
 
 }  // namespace ringstep

@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/cpu/blas_env.h"
 #include "core/error.h"
 #include "launch/commands.h"
 
 int main(int argc, char** argv) {
   using namespace ringstep;
+  select_blas_kernels(argc, argv);
   CLI::App app{
       "ringstep: a distributed training performance framework (GPT, ring AllReduce, "
       "profiler)"};

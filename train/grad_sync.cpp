@@ -1,23 +1,167 @@
 #include "train/grad_sync.h"
 
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/engine.h"
 #include "models/gpt.h"
 
 namespace ringstep {
 
-struct GradSync::Impl {};
+std::vector<Bucket> make_buckets(const std::vector<std::pair<size_t, size_t>>& units,
+                                 size_t bucket_bytes) {
+  std::vector<Bucket> out;
+  for (int u = 0; u < int(units.size()); ++u) {
+    const auto [b, e] = units[u];
+    const bool start_new =
+        out.empty() || (out.back().end - out.back().begin) * sizeof(float) >= bucket_bytes;
+    if (start_new) {
+      out.push_back({b, e, u, u});
+    } else {  // units come in backward order: each sits just below the previous one
+      out.back().begin = b;
+      out.back().last_unit = u;
+    }
+  }
+  return out;
+}
 
-GradSync::GradSync(Communicator* comm) : comm_(comm) {}
+struct GradSync::Pending {
+  CommHandle handle;
+  bool enqueued = false;
+};
+
+GradSync::GradSync(Communicator* comm, const CommConfig& cfg) : comm_(comm), cfg_(cfg) {
+  if (comm_) {
+    rank_ = comm_->rank();
+    world_ = comm_->size();
+  }
+}
+
 GradSync::~GradSync() = default;
-int GradSync::rank() const { return 0; }
-int GradSync::world() const { return 1; }
-void GradSync::setup(Gpt&) {}
-std::function<void(int)> GradSync::layer_hook() { return nullptr; }
-GradSync::Result GradSync::finish(Gpt&) { return {}; }
-float GradSync::mean_across_ranks(float x) { return x; }
-double GradSync::max_across_ranks(double x) { return x; }
-nlohmann::ordered_json GradSync::rank_stats(double step_ms) {
-  return {{"world", 1}, {"step_ms_min", step_ms}, {"step_ms_median", step_ms},
-          {"step_ms_max", step_ms}, {"slowest", 0}};
+
+void GradSync::setup(Gpt& model) {
+  grads_ = model.grads().data();
+  n_layers_ = model.config().n_layers;
+  // Backward order: the last block (with the final LayerNorm after it, whose gradient is
+  // done even earlier), ..., block 0, then the embeddings (wte is final only at the end).
+  const size_t total = model.registry().total_numel();
+  std::vector<std::pair<size_t, size_t>> units;
+  for (int l = n_layers_ - 1; l >= 0; --l) {
+    auto r = model.layer_range(l);
+    if (l == n_layers_ - 1) r.second = total;
+    if (l > 0) r.first = model.layer_range(l - 1).second;  // padding belongs to the block above
+    units.push_back(r);
+  }
+  units.push_back({0, n_layers_ > 0 ? model.layer_range(0).first : total});
+  buckets_ = make_buckets(units, size_t(cfg_.bucket_mb * 1024 * 1024));
+  bucket_of_unit_.assign(units.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (int u = buckets_[b].first_unit; u <= buckets_[b].last_unit; ++u) bucket_of_unit_[u] = int(b);
+  pending_.clear();
+  for (size_t b = 0; b < buckets_.size(); ++b) pending_.push_back(std::make_unique<Pending>());
+  if (world_ > 1) engine_ = std::make_unique<CommEngine>(*comm_);
+}
+
+void GradSync::enqueue_bucket(size_t b) {
+  const Bucket& k = buckets_[b];
+  pending_[b]->handle =
+      engine_->enqueue_allreduce(grads_ + k.begin, k.end - k.begin, DType::f32,
+                                 parse_allreduce_algo(cfg_.allreduce), /*average=*/true, b);
+  pending_[b]->enqueued = true;
+}
+
+std::function<void(int)> GradSync::layer_hook() {
+  if (world_ <= 1 || !cfg_.overlap) return nullptr;
+  return [this](int layer) {
+    const int unit = layer >= 0 ? n_layers_ - 1 - layer : n_layers_;
+    const int b = bucket_of_unit_[unit];
+    if (buckets_[b].last_unit == unit) enqueue_bucket(b);
+  };
+}
+
+GradSync::Result GradSync::finish() {
+  Result r;
+  if (world_ <= 1) return r;
+  const auto t0 = SteadyClock::now();
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (!pending_[b]->enqueued) enqueue_bucket(b);
+  for (auto& p : pending_) {
+    p->handle.wait();
+    p->enqueued = false;
+  }
+  r.exposed_ms = ms_since(t0);
+  // In flight = the union of the collectives' spans (they run one at a time, in order).
+  int64_t covered_end = 0;
+  double in_flight_ns = 0;
+  for (const CommSpan& s : engine_->drain_spans()) {
+    const int64_t start = std::max(s.start_ns, covered_end);
+    if (s.end_ns > start) in_flight_ns += double(s.end_ns - start);
+    covered_end = std::max(covered_end, s.end_ns);
+    r.bytes += s.bytes;
+  }
+  r.comm_ms = in_flight_ns / 1e6;
+  return r;
+}
+
+GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {
+  StepView v;
+  v.mean_loss = loss;
+  v.slowest = local;
+  const double fields[] = {local.step, local.data,      local.forward,      local.backward,
+                           local.recompute, local.optimizer, local.comm, local.comm_exposed,
+                           local.other, double(loss)};
+  constexpr size_t kFields = sizeof(fields) / sizeof(double);
+  std::vector<double> all(kFields * world_);
+  std::memcpy(all.data() + kFields * rank_, fields, sizeof(fields));
+  if (world_ > 1) {
+    engine_->enqueue({"allgather_bytes", 1u << 20, kFields * world_ * sizeof(double), DType::f32},
+                     [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(fields)); })
+        .wait();
+    engine_->drain_spans();  // bookkeeping traffic, not gradient communication
+  }
+  std::vector<double> steps(world_);
+  double loss_sum = 0;
+  int slowest = 0;
+  for (int r = 0; r < world_; ++r) {
+    steps[r] = all[kFields * r];
+    loss_sum += all[kFields * r + kFields - 1];
+    if (steps[r] > steps[slowest]) slowest = r;
+  }
+  const double* s = all.data() + kFields * slowest;
+  v.slowest = {s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]};
+  v.mean_loss = float(loss_sum / world_);
+  std::vector<double> sorted = steps;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = world_ % 2 ? sorted[world_ / 2]
+                                   : 0.5 * (sorted[world_ / 2 - 1] + sorted[world_ / 2]);
+  v.ranks = {{"world", world_},
+             {"step_ms_min", sorted.front()},
+             {"step_ms_median", median},
+             {"step_ms_max", sorted.back()},
+             {"slowest", slowest}};
+  return v;
+}
+
+void GradSync::check_replicas(const float* params, size_t n, int step) {
+  if (world_ <= 1) return;
+  // FNV-1a over the bytes: any flipped bit changes it.
+  uint64_t h = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(params);
+  for (size_t i = 0; i < n * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  std::vector<uint64_t> all(world_);
+  all[rank_] = h;
+  engine_->enqueue({"allgather_bytes", (1u << 20) + 1, world_ * sizeof(uint64_t), DType::f32},
+                   [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(uint64_t)); })
+      .wait();
+  engine_->drain_spans();
+  std::string bad;
+  for (int r = 1; r < world_; ++r)
+    if (all[r] != all[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+  if (!bad.empty())
+    throw CommError("replicas diverged at step " + std::to_string(step) + ": parameters of rank(s) " +
+                    bad + " differ from rank 0's");
 }
 
 }  // namespace ringstep

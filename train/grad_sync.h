@@ -1,45 +1,81 @@
 // Gradient synchronisation for data parallelism, DDP style: the gradient buffer is cut into
-// buckets of comm.bucket_mb in reverse layer order; on the last micro-batch each bucket's
-// AllReduce is enqueued on the comm engine as soon as backward has finished its layers,
-// and finish() waits for all of them and averages. With one rank (or no communicator)
-// every call is a no-op that costs nothing. Also the small per-step agreements the trainer
-// needs (mean loss, max step time, the ranks block of the step record).
+// buckets of about comm.bucket_mb, in reverse layer order (the order backward finishes
+// them); on the last micro-batch each bucket's AllReduce is enqueued on the comm engine as
+// soon as backward has finished all its layers, so it runs while earlier layers are still
+// computing. finish() waits for all of them; gradients come back averaged over ranks.
+// Also the small per-step agreements the trainer needs: mean loss, every rank's phase
+// times for the `ranks` block, and the replica checksum. With one rank every call is
+// local and costs nothing. Used by the training thread only.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/config.h"
+#include "core/profiler.h"
 
 namespace ringstep {
 
 class Communicator;
+class CommEngine;
 class Gpt;
+
+struct Bucket {
+  size_t begin = 0, end = 0;  // element range of the flat gradient buffer
+  int first_unit = 0, last_unit = 0;  // units (in backward order) it holds
+};
+
+// Buckets over units given in backward order, each a contiguous range adjacent to the
+// previous one; consecutive units are merged until a bucket holds >= bucket_bytes.
+std::vector<Bucket> make_buckets(const std::vector<std::pair<size_t, size_t>>& units,
+                                 size_t bucket_bytes);
 
 class GradSync {
  public:
   struct Result {
-    double comm_ms = 0;     // time collectives were in flight
+    double comm_ms = 0;     // time collectives were in flight (union of their spans)
     double exposed_ms = 0;  // time the training thread waited on them
-    size_t bytes = 0;       // payload bytes reduced this step
+    size_t bytes = 0;       // payload bytes reduced this step on this rank
+  };
+  // What rank 0 learns about a step from every rank.
+  struct StepView {
+    float mean_loss = 0;
+    PhaseTimes slowest;  // the phases of the slowest rank
+    nlohmann::ordered_json ranks;
   };
 
-  explicit GradSync(Communicator* comm);
+  GradSync(Communicator* comm, const CommConfig& cfg);
   ~GradSync();
-  int rank() const;
-  int world() const;
+  int rank() const { return rank_; }
+  int world() const { return world_; }
   void setup(Gpt& model);
-  // The per-layer hook to pass to Gpt::backward on the last micro-batch (null when the
-  // reduction is not overlapped).
+  // The per-layer hook to pass to Gpt::backward on the last micro-batch: null with one
+  // rank or when comm.overlap is false.
   std::function<void(int)> layer_hook();
-  Result finish(Gpt& model);
-  float mean_across_ranks(float x);
-  double max_across_ranks(double x);
-  nlohmann::ordered_json rank_stats(double step_ms);
+  Result finish();
+  StepView agree(float loss, const PhaseTimes& local);
+  // Compares a checksum of every rank's parameters; throws CommError naming the ranks
+  // whose parameters differ from rank 0's (replicas diverged: a bug or a bad reduction).
+  void check_replicas(const float* params, size_t n, int step);
+  const std::vector<Bucket>& buckets() const { return buckets_; }
 
  private:
-  struct Impl;
+  void enqueue_bucket(size_t b);
+
   Communicator* comm_;
-  std::unique_ptr<Impl> impl_;
+  CommConfig cfg_;
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<CommEngine> engine_;
+  float* grads_ = nullptr;
+  int n_layers_ = 0;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_unit_;
+  struct Pending;
+  std::vector<std::unique_ptr<Pending>> pending_;
+  size_t next_bucket_ = 0;
 };
 
 }  // namespace ringstep

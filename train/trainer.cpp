@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/cpu/blas_env.h"
 #include "core/cpu/peak.h"
 #include "core/error.h"
 #include "core/profiler.h"
@@ -64,7 +65,7 @@ struct Evaluator {
 }  // namespace
 
 TrainOutcome train(const Config& cfg, Communicator* comm) {
-  GradSync sync(comm);
+  GradSync sync(comm, cfg.comm);
   const int rank = sync.rank(), world = sync.world();
   validate_for_world(cfg, world);
   const bool lead = rank == 0;
@@ -91,6 +92,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
                    cfg.train.warmup_steps, cfg.train.steps};
   Arena arena(model.arena_bytes(B, T) + 4096);
   sync.setup(model);
+  if (world > 1) sync.check_replicas(model.params().data(), model.params().size(), 0);
 
   RunDir run(cfg.run.out_dir);
   if (lead) {
@@ -119,12 +121,20 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
                   data->describe().c_str(), info.entropy_rate, T, info.window_floor);
     std::printf("  batch      %d micro x %d accum x %d ranks = %d sequences = %.0f tokens/step\n",
                 B, accum, world, B * accum * world, tokens_per_step);
-    std::printf("  compute    %d ranks, %d threads/rank, peak %.1f GFLOP/s/rank (%s)\n", world,
-                threads, peak_gflops,
+    std::printf("  compute    %d ranks, %d threads/rank, %s, peak %.1f GFLOP/s/rank (%s)\n",
+                world, threads, blas_description().c_str(), peak_gflops,
                 cfg.profile.peak_gflops > 0 ? "from config" : "measured: 1-thread SGEMM x threads");
     std::printf("  memory     params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, activation arena "
                 "%.2f MiB\n", param_bytes / 1048576.0, param_bytes / 1048576.0,
                 opt.state_bytes() / 1048576.0, arena.capacity_bytes() / 1048576.0);
+    if (world > 1) {
+      std::printf("  comm       %s AllReduce over %s, %zu buckets of <= %.1f MiB, overlap %s\n",
+                  cfg.comm.allreduce.c_str(), cfg.comm.backend.c_str(), sync.buckets().size(),
+                  cfg.comm.bucket_mb, cfg.comm.overlap ? "on" : "off");
+      if (cfg.comm.link.bandwidth_gbps > 0 || cfg.comm.link.latency_us > 0)
+        std::printf("  LINK EMULATION ON: every message paced to %.1f Gb/s, %.1f us latency\n",
+                    cfg.comm.link.bandwidth_gbps, cfg.comm.link.latency_us);
+    }
     std::printf("  run dir    %s\n", cfg.run.out_dir.c_str());
     std::fflush(stdout);
   }
@@ -154,10 +164,9 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       model.backward(1.0f / accum, arena, last ? sync.layer_hook() : nullptr);
       pt.backward += ms_since(t0);
     }
-    const GradSync::Result red = sync.finish(model);  // waits; averages over ranks
+    const GradSync::Result red = sync.finish();  // waits; gradients averaged over ranks
     pt.comm = red.comm_ms;
     pt.comm_exposed = red.exposed_ms;
-    const float loss = sync.mean_across_ranks(float(loss_sum / accum));
 
     auto t0 = SteadyClock::now();
     const double norm = std::sqrt(sum_squares(model.grads().data(), model.grads().size()));
@@ -167,17 +176,23 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     pt.optimizer = ms_since(t0);
     pt.step = ms_since(t_step);
     pt.close();
+    if (cfg.train.check_replicas_every > 0 && (step + 1) % cfg.train.check_replicas_every == 0)
+      sync.check_replicas(model.params().data(), model.params().size(), step + 1);
+    // Times of a multi-rank run are those of the slowest rank (DESIGN.md).
+    const GradSync::StepView view = sync.agree(float(loss_sum / accum), pt);
+    const float loss = view.mean_loss;
     out.losses.push_back(loss);
 
     const bool do_eval = cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0 &&
                          step + 1 < cfg.train.steps;
     if (do_eval) last_val = eval.run(model, arena);
 
-    const double step_ms = sync.max_across_ranks(pt.step);
+    const PhaseTimes& slow = view.slowest;
+    const double step_ms = slow.step;
     step_ms_all.push_back(step_ms);
     step_ms_total += step_ms;
-    comm_ms_total += pt.comm;
-    comm_exposed_total += pt.comm_exposed;
+    comm_ms_total += slow.comm;
+    comm_exposed_total += slow.comm_exposed;
     const double tok_s = tokens_per_step / (step_ms / 1e3);
     const double gflops = flops_per_token * tok_s / 1e9 / world;  // per rank
     const double mfu = gflops / peak_gflops;
@@ -191,16 +206,16 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       rec["grad_norm"] = norm;
       rec["loss_scale"] = 1.0;
       rec["skipped"] = false;
-      rec["time_ms"] = {{"step", round_to(pt.step, 1e-3)},
-                        {"data", round_to(pt.data, 1e-3)},
-                        {"forward", round_to(pt.forward, 1e-3)},
-                        {"backward", round_to(pt.backward, 1e-3)},
-                        {"recompute", round_to(pt.recompute, 1e-3)},
-                        {"optimizer", round_to(pt.optimizer, 1e-3)},
-                        {"comm", round_to(pt.comm, 1e-3)},
-                        {"comm_exposed", round_to(pt.comm_exposed, 1e-3)},
-                        {"other", round_to(pt.other, 1e-3)}};
-      rec["ranks"] = sync.rank_stats(pt.step);
+      rec["time_ms"] = {{"step", round_to(slow.step, 1e-3)},
+                        {"data", round_to(slow.data, 1e-3)},
+                        {"forward", round_to(slow.forward, 1e-3)},
+                        {"backward", round_to(slow.backward, 1e-3)},
+                        {"recompute", round_to(slow.recompute, 1e-3)},
+                        {"optimizer", round_to(slow.optimizer, 1e-3)},
+                        {"comm", round_to(slow.comm, 1e-3)},
+                        {"comm_exposed", round_to(slow.comm_exposed, 1e-3)},
+                        {"other", round_to(slow.other, 1e-3)}};
+      rec["ranks"] = view.ranks;
       rec["tokens_per_s"] = round_to(tok_s, 0.1);
       rec["model_gflops"] = round_to(gflops, 1e-3);
       rec["mfu"] = round_to(mfu, 1e-4);
@@ -215,8 +230,8 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
         if (do_eval) std::printf(" | val %.4f", last_val);
         std::printf(" | lr %.2e | gnorm %.3f | %.1f ms (data %.1f fwd %.1f bwd %.1f opt %.1f "
                     "comm %.1f exposed %.1f) | %s tok/s | %.1f GFLOP/s | MFU %.1f%% | act %.1f MiB\n",
-                    lr, norm, pt.step, pt.data, pt.forward, pt.backward, pt.optimizer, pt.comm,
-                    pt.comm_exposed, human_count(tok_s).c_str(), gflops, 100 * mfu,
+                    lr, norm, slow.step, slow.data, slow.forward, slow.backward, slow.optimizer,
+                    slow.comm, slow.comm_exposed, human_count(tok_s).c_str(), gflops, 100 * mfu,
                     arena.peak_bytes() / 1048576.0);
         std::fflush(stdout);
       }
