@@ -305,6 +305,10 @@ void MpiCommunicator::allgather_bytes(void* buf, size_t bytes_per_rank) {
                           to_int_count(bytes_per_rank, "allgather_bytes"), MPI_BYTE, comm_));
 }
 
+size_t MpiCommunicator::ring_chunk_bytes() const {
+  return link_enabled(link_) ? size_t{128} << 10 : size_t{512} << 10;
+}
+
 void MpiCommunicator::abort_job(int code) {
   MPI_Abort(comm_, code);
   std::_Exit(code);

@@ -66,6 +66,10 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   void allgather_bytes(void* buf, size_t bytes_per_rank) override;
 
+  // 512 KiB on shared memory, where a transfer is a CPU copy with nothing to overlap and
+  // each message costs a rendezvous; 128 KiB under link emulation, where pipelining hides
+  // all but one sub-chunk's transfer (docs/comm.md, tuning).
+  size_t ring_chunk_bytes() const override;
   int blocked_on_peer() const override { return blocked_on_peer_.load(std::memory_order_relaxed); }
   [[noreturn]] void abort_job(int code) override;
 

@@ -29,11 +29,11 @@ const char* allreduce_algo_name(AllreduceAlgo algo);          // "ring" | "nativ
 AllreduceAlgo parse_allreduce_algo(const std::string& name);  // throws InputError
 
 struct RingOptions {
-  bool average = false;            // divide the sum by the world size (in the last hop)
-  size_t chunk_bytes = 512 << 10;  // pipelining sub-chunk (docs/comm.md: tuning)
-  int window = 2;                  // sub-chunks in flight per direction
-  size_t small_bytes = 16 << 10;   // at or below: recursive doubling (ring_allreduce only)
-  int tag = 0x5249;                // point-to-point tag of ring messages
+  bool average = false;           // divide the sum by the world size (in the last hop)
+  size_t chunk_bytes = 0;         // pipelining sub-chunk; 0 = comm.ring_chunk_bytes()
+  int window = 2;                 // sub-chunks in flight per direction
+  size_t small_bytes = 16 << 10;  // at or below: recursive doubling (ring_allreduce only)
+  int tag = 0x5249;               // point-to-point tag of ring messages
 };
 
 void ring_allreduce(Communicator& comm, void* buf, size_t count, DType dt,
@@ -50,7 +50,8 @@ void ring_allgather(Communicator& comm, void* buf, size_t count, DType dt,
 void allreduce(Communicator& comm, AllreduceAlgo algo, void* buf, size_t count, DType dt,
                const RingOptions& opt = {});
 
-// Sub-chunks per segment: ceil(largest segment bytes / chunk_bytes), at least 1.
+// Sub-chunks per segment: ceil(largest segment bytes / chunk_bytes), at least 1
+// (chunk_bytes must be resolved, i.e. > 0).
 size_t ring_chunks_per_segment(size_t count, int nranks, DType dt, size_t chunk_bytes);
 
 }  // namespace ringstep
