@@ -223,10 +223,12 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
                 comm.local_size(), dtype_name(opts.dtype), algo_list(opts.algos).c_str());
     const bool spin = opts.wait.spin_ns == WaitPolicy::spin().spin_ns;
     std::printf(
-        "# warmup %s, iters %s, ring sub-chunk %zu B, window %d, recursive doubling <= %zu B,"
+        "# warmup %s, iters %s, ring sub-chunk %s, window %d, recursive doubling <= %zu B,"
         " waits %s\n",
         opts.warmup ? std::to_string(opts.warmup).c_str() : "auto",
-        opts.iters ? std::to_string(opts.iters).c_str() : "auto", opts.ring.chunk_bytes,
+        opts.iters ? std::to_string(opts.iters).c_str() : "auto",
+        opts.ring.chunk_bytes ? (std::to_string(opts.ring.chunk_bytes) + " B").c_str()
+                              : "by the transport",
         opts.ring.window, opts.ring.small_bytes, spin ? "spin" : "polite (backoff)");
     if (link_enabled(opts.link))
       std::printf("# link emulation ON: %.3g Gb/s, %.3g us latency\n", opts.link.bandwidth_gbps,

@@ -111,8 +111,9 @@ class Communicator {
   // bytes_per_rank bytes sit at buf + r * bytes_per_rank, in and out. Blocking.
   virtual void allgather_bytes(void* buf, size_t bytes_per_rank) = 0;
 
-  // Sub-chunk size that suits this transport's ring pipeline (RingOptions::chunk_bytes = 0).
-  virtual size_t ring_chunk_bytes() const { return size_t{512} << 10; }
+  // Sub-chunk size that suits this transport's ring pipeline for a segment of
+  // segment_bytes (used when RingOptions::chunk_bytes is 0).
+  virtual size_t ring_chunk_bytes(size_t segment_bytes) const { return size_t{512} << 10; }
 
   // Diagnostics for a watchdog on another thread: the peer whose message the last
   // unfinished wait was for, or -1 (none, or inside a transport collective).

@@ -1,5 +1,6 @@
 #include "comm/mpi_communicator.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -305,8 +306,10 @@ void MpiCommunicator::allgather_bytes(void* buf, size_t bytes_per_rank) {
                           to_int_count(bytes_per_rank, "allgather_bytes"), MPI_BYTE, comm_));
 }
 
-size_t MpiCommunicator::ring_chunk_bytes() const {
-  return link_enabled(link_) ? size_t{128} << 10 : size_t{512} << 10;
+size_t MpiCommunicator::ring_chunk_bytes(size_t segment_bytes) const {
+  if (link_enabled(link_)) return size_t{128} << 10;
+  constexpr size_t kChunk = size_t{512} << 10;
+  return segment_bytes < 4 * kChunk ? std::max<size_t>(segment_bytes, 1) : kChunk;
 }
 
 void MpiCommunicator::abort_job(int code) {

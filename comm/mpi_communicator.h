@@ -66,10 +66,12 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   void allgather_bytes(void* buf, size_t bytes_per_rank) override;
 
-  // 512 KiB on shared memory, where a transfer is a CPU copy with nothing to overlap and
-  // each message costs a rendezvous; 128 KiB under link emulation, where pipelining hides
-  // all but one sub-chunk's transfer (docs/comm.md, tuning).
-  size_t ring_chunk_bytes() const override;
+  // Shared memory: a transfer is a CPU copy by the receiver, so sub-chunks buy only cache
+  // locality (the reduce reads staged data still in L2) and each costs a rendezvous:
+  // 512 KiB, or the whole segment when that would be fewer than 4 sub-chunks. Link
+  // emulation: 128 KiB, so pipelining hides all but one sub-chunk's transfer.
+  // Measurements: docs/comm.md.
+  size_t ring_chunk_bytes(size_t segment_bytes) const override;
   int blocked_on_peer() const override { return blocked_on_peer_.load(std::memory_order_relaxed); }
   [[noreturn]] void abort_job(int code) override;
 

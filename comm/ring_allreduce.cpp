@@ -38,7 +38,9 @@ void ring_steps(Communicator& comm, std::byte* buf, size_t count, DType dt, int 
   const int n = comm.size(), r = comm.rank();
   if (n == 1 || count == 0 || first_step >= end_step) return;
   const size_t esize = dtype_size(dt);
-  const size_t chunk_bytes = opt.chunk_bytes ? opt.chunk_bytes : comm.ring_chunk_bytes();
+  const size_t segment_bytes = shard_of(count, n, 0).count * esize;  // the largest
+  const size_t chunk_bytes =
+      opt.chunk_bytes ? opt.chunk_bytes : comm.ring_chunk_bytes(segment_bytes);
   const size_t chunks = ring_chunks_per_segment(count, n, dt, chunk_bytes);
   const size_t window = static_cast<size_t>(std::max(1, opt.window));
   const size_t slot_elems = (shard_of(count, n, 0).count + chunks - 1) / chunks;

@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/build.sh release
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-exec mpirun -np "${RANKS:-2}" --bind-to core build/ringstep train configs/tiny.yaml "$@"
+exec launch/ringstep-mpirun -n "${RANKS:-2}" configs/tiny.yaml "$@"

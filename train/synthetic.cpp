@@ -69,13 +69,20 @@ void MarkovChain::build_successors(uint64_t seed) {
       while (std::find(succ, succ + k, succ[k]) != succ + k);
     }
     num_succ_[a] = n;
-    for (int s = 2 * a; s <= 2 * a + 1; ++s) {
-      // Gamma(2) = -log(u1 u2), so the normalised weights are Dirichlet(2, ..., 2).
-      double* q = &q_[static_cast<size_t>(s) * kMaxSuccessors];
+    // Gamma(2) = -log(u1 u2), so normalised draws are Dirichlet(2, ..., 2). Each context's
+    // weights: (1 - kBitMix) * the token's shared draw + kBitMix * the context's own draw.
+    auto dirichlet = [&](double* w) {
       double total = 0;
       for (int k = 0; k < n; ++k)
-        total += q[k] = -std::log((1.0 - rng.uniform()) * (1.0 - rng.uniform()));
-      for (int k = 0; k < n; ++k) q[k] /= total;
+        total += w[k] = -std::log((1.0 - rng.uniform()) * (1.0 - rng.uniform()));
+      for (int k = 0; k < n; ++k) w[k] /= total;
+    };
+    double shared[kMaxSuccessors], own[kMaxSuccessors];
+    dirichlet(shared);
+    for (int s = 2 * a; s <= 2 * a + 1; ++s) {
+      dirichlet(own);
+      double* q = &q_[static_cast<size_t>(s) * kMaxSuccessors];
+      for (int k = 0; k < n; ++k) q[k] = (1 - kBitMix) * shared[k] + kBitMix * own[k];
     }
   }
 }
