@@ -21,12 +21,6 @@ WaitPolicy& thread_wait_policy() {
   return policy;
 }
 
-int64_t steady_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 void Backoff::pause() {
   const int64_t now = steady_now_ns();
   if (idle_since_ns_ == 0) idle_since_ns_ = now;

@@ -9,6 +9,8 @@
 // bench) may switch to WaitPolicy::spin() with ScopedWaitPolicy.
 #pragma once
 
+#include "core/profiler.h"  // steady_now_ns
+
 #include <cstdint>
 
 namespace ringstep {
@@ -38,7 +40,6 @@ class ScopedWaitPolicy {
   WaitPolicy saved_;
 };
 
-int64_t steady_now_ns();
 
 class Backoff {
  public:

@@ -5,10 +5,17 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace ringstep {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// Nanoseconds on steady_clock (CLOCK_MONOTONIC: one clock for every process of a node).
+inline int64_t to_ns(SteadyClock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+inline int64_t steady_now_ns() { return to_ns(SteadyClock::now()); }
 
 inline double ms_since(SteadyClock::time_point t0) {
   return std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count();

@@ -95,11 +95,12 @@ GradSync::Result GradSync::finish() {
   // In flight = the union of the collectives' spans (they run one at a time, in order).
   int64_t covered_end = 0;
   double in_flight_ns = 0;
-  for (const CommSpan& s : engine_->drain_spans()) {
+  for (CommSpan& s : engine_->drain_spans()) {
     const int64_t start = std::max(s.start_ns, covered_end);
     if (s.end_ns > start) in_flight_ns += double(s.end_ns - start);
     covered_end = std::max(covered_end, s.end_ns);
     r.bytes += s.bytes;
+    r.spans.push_back(s);
   }
   r.comm_ms = in_flight_ns / 1e6;
   return r;

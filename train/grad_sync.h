@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "comm/engine.h"
 #include "core/config.h"
 #include "core/profiler.h"
 
@@ -39,6 +40,7 @@ class GradSync {
     double comm_ms = 0;     // time collectives were in flight (union of their spans)
     double exposed_ms = 0;  // time the training thread waited on them
     size_t bytes = 0;       // payload bytes reduced this step on this rank
+    std::vector<CommSpan> spans;  // the step's gradient collectives, for the trace
   };
   // What rank 0 learns about a step from every rank.
   struct StepView {

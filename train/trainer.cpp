@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/profiler.h"
 #include "core/threads.h"
+#include "core/trace.h"
 #include "models/gpt.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -73,6 +74,12 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   const int B = cfg.train.micro_batch, T = mc.seq_len, accum = cfg.train.grad_accum_steps;
 
   // Inputs first: a bad data file must fail before anything is written.
+  const std::vector<int>& window = cfg.profile.trace_steps;
+  if (!window.empty() && window[1] > cfg.train.steps)
+    throw InputError(cfg.source_path + ": profile.trace_steps [" + std::to_string(window[0]) +
+                     ", " + std::to_string(window[1]) + "] lies outside the run (train.steps = " +
+                     std::to_string(cfg.train.steps) + "); use steps 1.." +
+                     std::to_string(cfg.train.steps) + " or [] for no trace");
   std::unique_ptr<DataSource> data = make_data_source(cfg, "train", rank, world);
   Evaluator eval{make_data_source(cfg, "val", rank, world), std::max(1, cfg.train.eval_batches),
                  B, T, std::vector<int32_t>(size_t(B) * T), std::vector<int32_t>(size_t(B) * T)};
@@ -144,8 +151,17 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   std::vector<double> step_ms_all;
   double comm_ms_total = 0, comm_exposed_total = 0, step_ms_total = 0;
   float last_val = NAN;
+  TraceRecorder trace;
   for (int step = 0; step < cfg.train.steps; ++step) {
     PhaseTimes pt;
+    const bool traced = !window.empty() && step + 1 >= window[0] && step + 1 <= window[1];
+    // Adds the phase that began at T0 to its field and, inside the trace window, to the trace.
+    auto phase = [&](double& field, const char* name, SteadyClock::time_point t0) {
+      const auto t1 = SteadyClock::now();
+      field += std::chrono::duration<double, std::milli>(t1 - t0).count();
+      if (traced)
+        trace.span(Lane::compute, name, to_ns(t0), to_ns(t1), step + 1);
+    };
     const auto t_step = SteadyClock::now();
     model.grads().zero();
     double loss_sum = 0;
@@ -154,26 +170,35 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       int32_t* tg = targets.data() + size_t(micro) * B * T;
       auto t0 = SteadyClock::now();
       data->next_batch(in, tg, B, T);
-      pt.data += ms_since(t0);
+      phase(pt.data, "data", t0);
       t0 = SteadyClock::now();
       loss_sum += model.forward(in, tg, B, T, arena);
-      pt.forward += ms_since(t0);
+      phase(pt.forward, "forward", t0);
       t0 = SteadyClock::now();
       const bool last = micro == accum - 1;
       // The loss of each micro-batch is divided by grad_accum_steps.
       model.backward(1.0f / accum, arena, last ? sync.layer_hook() : nullptr);
-      pt.backward += ms_since(t0);
+      phase(pt.backward, "backward", t0);
     }
+    auto t_wait = SteadyClock::now();
     const GradSync::Result red = sync.finish();  // waits; gradients averaged over ranks
+    double waited = 0;
+    if (world > 1) phase(waited, "wait comm", t_wait);
     pt.comm = red.comm_ms;
     pt.comm_exposed = red.exposed_ms;
+    if (traced)
+      for (const CommSpan& s : red.spans)
+        trace.span(Lane::comm, s.op + " bucket " + std::to_string(s.tag), s.start_ns, s.end_ns,
+                   step + 1, s.bytes);
 
     auto t0 = SteadyClock::now();
     const double norm = std::sqrt(sum_squares(model.grads().data(), model.grads().size()));
     const double lr = sched.at(step);
     opt.step(model.params().data(), model.grads().data(), lr,
              clip_coefficient(norm, cfg.train.grad_clip));
-    pt.optimizer = ms_since(t0);
+    phase(pt.optimizer, "optimizer", t0);
+    if (traced && step + 1 == window[1])
+      trace.write(cfg.run.out_dir + "/trace/rank-" + std::to_string(rank) + ".json", rank);
     pt.step = ms_since(t_step);
     pt.close();
     if (cfg.train.check_replicas_every > 0 && (step + 1) % cfg.train.check_replicas_every == 0)

@@ -1,0 +1,47 @@
+#include "core/trace.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace ringstep {
+
+void TraceRecorder::span(Lane lane, const std::string& name, int64_t start_ns, int64_t end_ns,
+                         int step, size_t bytes) {
+  spans_.push_back({lane, name, start_ns, end_ns, step, bytes});
+}
+
+void TraceRecorder::write(const std::string& path, int rank) const {
+  using json = nlohmann::ordered_json;
+  json events = json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank},
+                    {"args", {{"name", "rank " + std::to_string(rank)}}}});
+  for (int lane = 0; lane < 2; ++lane)
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", lane},
+                      {"args", {{"name", lane == 0 ? "compute" : "comm"}}}});
+  for (const Span& s : spans_) {
+    json args = {{"step", s.step}};
+    if (s.bytes) args["bytes"] = s.bytes;
+    events.push_back({{"name", s.name},
+                      {"cat", s.lane == Lane::compute ? "compute" : "comm"},
+                      {"ph", "X"},
+                      {"pid", rank},
+                      {"tid", int(s.lane)},
+                      {"ts", double(s.start_ns) / 1e3},
+                      {"dur", double(s.end_ns - s.start_ns) / 1e3},
+                      {"args", args}});
+  }
+  json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << doc.dump() << "\n";
+    if (!out) throw std::runtime_error("cannot write trace '" + tmp + "'");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace ringstep
