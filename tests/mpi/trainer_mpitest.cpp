@@ -1,0 +1,82 @@
+// The trainer on several ranks, end to end: step records carry real communication numbers
+// and the ranks block, and each rank's Chrome trace parses, has both lanes and its spans
+// nest or follow each other on every lane.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "mpitest_main.h"
+#include "train/trainer.h"
+
+namespace ringstep {
+namespace {
+
+using ringstep::testing::world;
+namespace fs = std::filesystem;
+
+TEST(TrainerMultiRank, RecordsAndTracesAreComplete) {
+  const fs::path out =
+      fs::temp_directory_path() / ("ringstep_mpitrain_" + std::to_string(world().size()));
+  if (world().rank() == 0) fs::remove_all(out);
+  world().barrier();
+  Config cfg = parse_config("", "test");
+  cfg.model = {64, 16, 32, 2, 2};
+  cfg.train.steps = 6;
+  cfg.train.micro_batch = 2;
+  cfg.train.grad_accum_steps = 2;
+  cfg.train.eval_every = 0;
+  cfg.train.eval_batches = 1;
+  cfg.train.check_replicas_every = 2;
+  cfg.run.out_dir = out.string();
+  cfg.run.threads = 1;
+  cfg.profile.peak_gflops = 100;
+  cfg.profile.trace_steps = {3, 4};
+  cfg.comm.bucket_mb = 0.01;
+  TrainOutcome r = train(cfg, &world());
+  ASSERT_EQ(r.losses.size(), 6u);
+  world().barrier();
+  if (world().rank() != 0) return;
+
+  std::ifstream steps(out / "steps.jsonl");
+  std::string line;
+  while (std::getline(steps, line)) {
+    auto rec = nlohmann::json::parse(line);
+    EXPECT_EQ(rec["ranks"]["world"].get<int>(), world().size());
+    EXPECT_GT(rec["comm_bytes"].get<double>(), 0);
+    EXPECT_GT(rec["time_ms"]["comm"].get<double>(), 0);
+    EXPECT_LE(rec["ranks"]["step_ms_min"].get<double>(), rec["ranks"]["step_ms_max"].get<double>());
+    // time_ms is the slowest rank's (rounded to 1 us in the record).
+    EXPECT_NEAR(rec["ranks"]["step_ms_max"].get<double>(), rec["time_ms"]["step"].get<double>(),
+                1e-3);
+  }
+  for (int rank = 0; rank < world().size(); ++rank) {
+    auto doc = nlohmann::json::parse(
+        std::ifstream(out / "trace" / ("rank-" + std::to_string(rank) + ".json")));
+    std::vector<std::vector<std::pair<double, double>>> lanes(2);
+    for (const auto& e : doc["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      EXPECT_EQ(e["pid"].get<int>(), rank);
+      const int step = e["args"]["step"].get<int>();
+      EXPECT_TRUE(step == 3 || step == 4) << step;
+      lanes.at(e["tid"].get<int>())
+          .push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+    }
+    for (auto& lane : lanes) {
+      ASSERT_FALSE(lane.empty()) << "rank " << rank << ": a lane has no spans";
+      std::sort(lane.begin(), lane.end());
+      for (size_t i = 1; i < lane.size(); ++i) {
+        const bool follows = lane[i].first >= lane[i - 1].second;
+        const bool nested = lane[i].second <= lane[i - 1].second;
+        EXPECT_TRUE(follows || nested) << "rank " << rank << " span " << i << " overlaps partially";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringstep
+
+int main(int argc, char** argv) { return ringstep::testing::run_mpi_tests(argc, argv); }
