@@ -40,11 +40,11 @@ struct DataConfig {
 };
 
 struct TrainConfig {
-  int steps = 300;
+  int steps = 600;
   int micro_batch = 8;
   int grad_accum_steps = 2;
   int global_batch = 0;  // 0 = not set; else must equal micro_batch*grad_accum_steps*world
-  double lr = 3.0e-3;
+  double lr = 6.0e-3;
   double min_lr_ratio = 0.1;  // final lr = lr * min_lr_ratio (cosine/linear)
   int warmup_steps = 30;
   std::string schedule = "cosine";  // cosine | linear | constant

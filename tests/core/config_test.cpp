@@ -341,7 +341,8 @@ TEST(Config, ShippedConfigsLoad) {
   defaults.source_path = tiny.source_path;
   EXPECT_EQ(tiny, defaults);  // tiny.yaml spells out the defaults
   EXPECT_EQ(tiny.run.name, "tiny");
-  EXPECT_EQ(tiny.train.lr, 3.0e-3);
+  EXPECT_EQ(tiny.train.lr, 6.0e-3);
+  EXPECT_EQ(tiny.train.steps, 600);
 
   Config small = load_config(RINGSTEP_SOURCE_DIR "/configs/small.yaml", {"train.steps=3"});
   EXPECT_EQ(small.run.name, "small");

@@ -1,0 +1,409 @@
+#include "train/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/profiler.h"
+
+namespace ringstep {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The diagnosis thresholds (docs/logs.md "Diagnosis").
+constexpr double kExposedCommPct = 30;   // comm_exposed, % of step
+constexpr double kActivationFrac = 0.8;  // activation peak / memory limit
+constexpr double kSpreadRatio = 1.2;     // p90 / p50
+constexpr double kLowMfu = 0.4;
+constexpr double kComputePct = 70;       // forward + backward + optimizer, % of step
+constexpr double kStragglerFrac = 0.5;   // share of steps one rank is the slowest
+constexpr double kStragglerRatio = 1.1;  // step_ms_max / step_ms_median
+constexpr double kDataPct = 5;
+constexpr double kSkippedPct = 1;
+
+struct StepRecord {
+  int step = 0;
+  double loss = 0, val_loss = kNaN, tokens = 0;
+  bool skipped = false;
+  PhaseTimes t;
+  int ranks_world = 0, slowest = -1;  // ranks_world 0: no ranks block
+  double ms_median = 0, ms_max = 0;
+  double model_gflops = 0, mfu = 0;
+  uint64_t params = 0, grads = 0, optimizer = 0, activations_peak = 0;
+};
+
+// Linear interpolation between order statistics (numpy's default).
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * double(v.size() - 1);
+  const size_t lo = size_t(pos), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
+}
+
+double number_at(const json& obj, const char* key, const std::string& where, const char* path) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number())
+    throw InputError(where + ": missing number '" + path + "'");
+  return it->get<double>();
+}
+
+double number_or(const json& obj, const char* key, double fallback) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+StepRecord parse_record(const json& j, const std::string& where) {
+  StepRecord r;
+  r.step = int(number_at(j, "step", where, "step"));
+  r.loss = number_at(j, "loss", where, "loss");
+  r.tokens = number_at(j, "tokens", where, "tokens");
+  r.val_loss = number_or(j, "val_loss", kNaN);
+  r.skipped = j.contains("skipped") && j["skipped"].is_boolean() && j["skipped"].get<bool>();
+  auto tm = j.find("time_ms");
+  if (tm == j.end() || !tm->is_object()) throw InputError(where + ": missing object 'time_ms'");
+  PhaseTimes& t = r.t;
+  t.step = number_at(*tm, "step", where, "time_ms.step");
+  t.data = number_at(*tm, "data", where, "time_ms.data");
+  t.forward = number_at(*tm, "forward", where, "time_ms.forward");
+  t.backward = number_at(*tm, "backward", where, "time_ms.backward");
+  t.optimizer = number_at(*tm, "optimizer", where, "time_ms.optimizer");
+  t.comm_exposed = number_at(*tm, "comm_exposed", where, "time_ms.comm_exposed");
+  t.other = number_at(*tm, "other", where, "time_ms.other");
+  t.recompute = number_or(*tm, "recompute", 0);
+  t.comm = number_or(*tm, "comm", 0);
+  if (auto rk = j.find("ranks"); rk != j.end() && rk->is_object()) {
+    r.ranks_world = int(number_or(*rk, "world", 0));
+    r.slowest = int(number_or(*rk, "slowest", -1));
+    r.ms_median = number_or(*rk, "step_ms_median", 0);
+    r.ms_max = number_or(*rk, "step_ms_max", 0);
+  }
+  r.model_gflops = number_or(j, "model_gflops", 0);
+  r.mfu = number_or(j, "mfu", 0);
+  if (auto mem = j.find("mem_bytes"); mem != j.end() && mem->is_object()) {
+    r.params = uint64_t(number_or(*mem, "params", 0));
+    r.grads = uint64_t(number_or(*mem, "grads", 0));
+    r.optimizer = uint64_t(number_or(*mem, "optimizer", 0));
+    r.activations_peak = uint64_t(number_or(*mem, "activations_peak", 0));
+  }
+  return r;
+}
+
+// steps.jsonl is appended line by line while a run goes, so its last line may be cut short:
+// that one is skipped with a warning; a bad line before it means the file is damaged.
+std::vector<StepRecord> read_steps(const std::string& path, std::vector<std::string>& warnings) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+
+  std::vector<std::string> lines;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t nl = text.find('\n', pos);
+    lines.push_back(text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos));
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+  }
+  const bool last_terminated = !text.empty() && text.back() == '\n';
+  size_t last = lines.size();
+  while (last > 0 && lines[last - 1].find_first_not_of(" \t\r") == std::string::npos) --last;
+
+  std::vector<StepRecord> out;
+  for (size_t i = 0; i < last; ++i) {
+    const std::string& line = lines[i];
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(i + 1);
+    json j;
+    std::string problem;
+    try {
+      j = json::parse(line);
+      if (!j.is_object()) problem = "not a JSON object";
+    } catch (const json::parse_error& e) {
+      problem = e.what();
+    }
+    if (!problem.empty()) {
+      if (i + 1 == last) {
+        warnings.push_back(where + ": skipped a partly written last line (" +
+                           std::to_string(line.size()) + " bytes" +
+                           (last_terminated ? "" : ", no newline") + ")");
+        continue;
+      }
+      throw InputError(where + ": invalid step record: " + problem);
+    }
+    out.push_back(parse_record(j, where));
+  }
+  if (out.empty()) throw InputError(path + ": no step records");
+  return out;
+}
+
+json read_summary(const std::string& path, std::vector<std::string>& warnings) {
+  if (!fs::exists(path)) {
+    warnings.push_back(path + " not found (run unfinished?): every number is computed from "
+                              "steps.jsonl");
+    return json::object();
+  }
+  std::ifstream in(path, std::ios::binary);
+  try {
+    json j = json::parse(in);
+    if (!j.is_object()) throw InputError(path + ": expected a JSON object");
+    return j;
+  } catch (const json::parse_error& e) {
+    throw InputError(path + ": invalid JSON: " + e.what());
+  }
+}
+
+template <class F>
+std::vector<double> collect(const std::vector<StepRecord>& recs, F f) {
+  std::vector<double> v;
+  for (const StepRecord& r : recs) {
+    const double x = f(r);
+    if (std::isfinite(x)) v.push_back(x);
+  }
+  return v;
+}
+
+void compute_step_stats(const std::vector<StepRecord>& steady, ReportData& r) {
+  const std::vector<double> step_ms = collect(steady, [](const StepRecord& s) { return s.t.step; });
+  r.step_ms_p50 = percentile(step_ms, 0.5);
+  r.step_ms_p90 = percentile(step_ms, 0.9);
+  r.step_ms_p99 = percentile(step_ms, 0.99);
+  r.spread = r.step_ms_p50 > 0 ? (r.step_ms_p90 - r.step_ms_p50) / r.step_ms_p50 : 0;
+
+  // Shares are ratios of sums, so long steps weigh by their length.
+  PhaseTimes sum;
+  for (const StepRecord& s : steady) {
+    sum.step += s.t.step, sum.data += s.t.data, sum.forward += s.t.forward;
+    sum.backward += s.t.backward, sum.recompute += s.t.recompute;
+    sum.optimizer += s.t.optimizer, sum.comm += s.t.comm;
+    sum.comm_exposed += s.t.comm_exposed, sum.other += s.t.other;
+  }
+  const auto pct = [&](double x) { return sum.step > 0 ? 100 * x / sum.step : 0; };
+  StepShares& p = r.pct;
+  p.data = pct(sum.data), p.forward = pct(sum.forward), p.backward = pct(sum.backward);
+  p.recompute = pct(sum.recompute), p.optimizer = pct(sum.optimizer);
+  p.comm_exposed = pct(sum.comm_exposed), p.other = pct(sum.other), p.comm = pct(sum.comm);
+  p.recompute_of_backward = sum.backward > 0 ? 100 * sum.recompute / sum.backward : 0;
+  p.compute = p.forward + p.backward + p.optimizer;
+  r.overlap = sum.comm > 0 ? 1 - sum.comm_exposed / sum.comm : kNaN;
+}
+
+// Throughput and MFU at the p50 step. A record's model_gflops x step time is the model
+// FLOPs of one step on one rank; the peak comes from summary.json, else from the records
+// (model_gflops / mfu).
+void compute_throughput(const std::vector<StepRecord>& steady, const json& summary,
+                        ReportData& r) {
+  r.tokens_per_step = percentile(collect(steady, [](const StepRecord& s) { return s.tokens; }), 0.5);
+  if (r.step_ms_p50 <= 0) return;
+  r.tokens_per_s = r.tokens_per_step / (r.step_ms_p50 / 1e3);
+  const double gflop_per_step = percentile(collect(steady, [](const StepRecord& s) {
+                                             return s.model_gflops > 0
+                                                        ? s.model_gflops * s.t.step / 1e3
+                                                        : kNaN;
+                                           }),
+                                           0.5);
+  r.model_gflops = gflop_per_step / (r.step_ms_p50 / 1e3);
+  r.peak_gflops = number_or(summary, "peak_gflops", 0);
+  if (r.peak_gflops <= 0)
+    r.peak_gflops = percentile(collect(steady, [](const StepRecord& s) {
+                                 return s.mfu > 0 ? s.model_gflops / s.mfu : kNaN;
+                               }),
+                               0.5);
+  r.mfu = r.peak_gflops > 0 ? r.model_gflops / r.peak_gflops : 0;
+  if (r.peak_gflops <= 0) r.warnings.push_back("no peak GFLOP/s in summary.json or the step records: MFU unknown");
+}
+
+void compute_ranks(const std::vector<StepRecord>& steady, ReportData& r) {
+  if (r.world <= 1) return;
+  r.slowest_count.assign(size_t(r.world), 0);
+  std::vector<double> ratio;
+  int with_ranks = 0;
+  for (const StepRecord& s : steady) {
+    if (s.ranks_world <= 1) continue;
+    ++with_ranks;
+    if (s.slowest >= 0 && s.slowest < r.world) ++r.slowest_count[size_t(s.slowest)];
+    if (s.ms_median > 0) ratio.push_back(s.ms_max / s.ms_median);
+  }
+  if (with_ranks == 0) return;
+  const auto top = std::max_element(r.slowest_count.begin(), r.slowest_count.end());
+  r.slowest_rank = int(top - r.slowest_count.begin());
+  r.slowest_frac = double(*top) / with_ranks;
+  r.max_over_median = ratio.empty() ? 1 : percentile(ratio, 0.5);
+}
+
+void compute_loss_and_memory(const std::vector<StepRecord>& recs, const json& summary,
+                             ReportData& r) {
+  r.final_loss = number_or(summary, "final_loss", recs.back().loss);
+  double last_val = kNaN;
+  for (const StepRecord& s : recs)
+    if (std::isfinite(s.val_loss)) last_val = s.val_loss;
+  r.final_val_loss = number_or(summary, "final_val_loss", last_val);
+  r.entropy_floor = number_or(summary, "entropy_floor", kNaN);
+  const double end_loss = std::isfinite(r.final_val_loss) ? r.final_val_loss : r.final_loss;
+  r.loss_gap = end_loss - r.entropy_floor;  // NaN when the floor is unknown
+
+  for (const StepRecord& s : recs) r.skipped_steps += s.skipped ? 1 : 0;
+  r.skipped_pct = 100.0 * r.skipped_steps / double(recs.size());
+
+  const StepRecord& last = recs.back();
+  r.params_bytes = last.params, r.grads_bytes = last.grads, r.optimizer_bytes = last.optimizer;
+  for (const StepRecord& s : recs)
+    r.activations_peak_bytes = std::max(r.activations_peak_bytes, s.activations_peak);
+  r.activations_peak_bytes = std::max(
+      r.activations_peak_bytes, uint64_t(number_or(summary, "activations_peak_bytes", 0)));
+}
+
+std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a, b, c, d);
+  return buf;
+}
+
+std::string mib(double bytes) { return fmt("%.1f MiB", bytes / 1048576.0); }
+
+void run_rules(ReportData& r) {
+  const Config* cfg = r.has_config ? &r.config : nullptr;
+  auto fire = [&](const char* id, std::string evidence, std::string advice) {
+    r.findings.push_back({id, std::move(evidence), std::move(advice)});
+  };
+  if (r.pct.comm_exposed > kExposedCommPct) {
+    std::string advice = "try `optimizer.name: onebit_adam` (1-bit compressed momentum after "
+                         "the freeze step), a larger `comm.bucket_mb`";
+    if (cfg) advice += fmt(" (now %g)", cfg->comm.bucket_mb);
+    advice += ", `comm.overlap: true`";
+    if (cfg) advice += cfg->comm.overlap ? " (already on)" : " (now off)";
+    fire("comm_exposed",
+         fmt("exposed communication %.1f%% of step > %.0f%% (comm in flight %.1f%%, overlap "
+             "%.1f%%)",
+             r.pct.comm_exposed, kExposedCommPct, r.pct.comm,
+             std::isfinite(r.overlap) ? 100 * r.overlap : 0),
+         advice);
+  }
+  if (r.memory_limit_bytes > 0 &&
+      double(r.activations_peak_bytes) > kActivationFrac * r.memory_limit_bytes) {
+    std::string advice = "turn on `recompute.policy: full` or `selective`";
+    if (cfg) advice += " (now " + cfg->recompute.policy + ")";
+    advice += ", or a smaller `train.micro_batch` with more `train.grad_accum_steps`";
+    if (cfg && cfg->train.micro_batch > 1)
+      advice += fmt(" (%g x %g in place of %g x %g: same global batch)",
+                    cfg->train.micro_batch / 2, cfg->train.grad_accum_steps * 2.0,
+                    cfg->train.micro_batch, cfg->train.grad_accum_steps);
+    fire("activation_memory",
+         "activation peak " + mib(double(r.activations_peak_bytes)) + " = " +
+             fmt("%.1f%%", 100 * double(r.activations_peak_bytes) / r.memory_limit_bytes) +
+             " of " + mib(r.memory_limit_bytes) + fmt(" (physical RAM / %g ranks) > %.0f%%",
+                                                       r.world, 100 * kActivationFrac),
+         advice);
+  }
+  if (r.step_ms_p50 > 0 && r.step_ms_p90 / r.step_ms_p50 > kSpreadRatio)
+    fire("step_spread",
+         fmt("p90/p50 = %.2f (p50 %.1f ms, p90 %.1f ms) > %.1f", r.step_ms_p90 / r.step_ms_p50,
+             r.step_ms_p50, r.step_ms_p90, kSpreadRatio),
+         "step times vary: look for stragglers (the ranks line), noisy neighbours on the same "
+         "cores (ranks x threads > cores?), or inputs that change shape");
+  if (r.peak_gflops > 0 && r.mfu < kLowMfu && r.pct.compute > kComputePct)
+    fire("kernels",
+         fmt("MFU %.1f%% < %.0f%% while compute (forward + backward + optimizer) is %.1f%% of "
+             "step > %.0f%%",
+             100 * r.mfu, 100 * kLowMfu, r.pct.compute, kComputePct),
+         "the time goes to the kernels: check the BLAS in use and its threads, `run.threads`, "
+         "a -march=native build; the roofline below shows the bandwidth-bound products");
+  if (r.slowest_rank >= 0 && r.slowest_frac > kStragglerFrac &&
+      r.max_over_median > kStragglerRatio) {
+    const int n = r.slowest_count[size_t(r.slowest_rank)];
+    fire("straggler",
+         fmt("rank %g was the slowest in %g of %g steady steps (%.1f%%)", r.slowest_rank, n,
+             r.steady_steps, 100 * r.slowest_frac) +
+             fmt(" > %.0f%%, median step max/median %.3f > %.2f", 100 * kStragglerFrac,
+                 r.max_over_median, kStragglerRatio),
+         fmt("rank %g is a straggler: check its host (load, CPU frequency, thread count, "
+             "binding) and its link; every other rank waits for it",
+             r.slowest_rank));
+  }
+  if (r.pct.data > kDataPct)
+    fire("input_pipeline", fmt("data %.1f%% of step > %.0f%%", r.pct.data, kDataPct),
+         "the input pipeline is on the critical path: tokenize ahead (`ringstep prepare`), "
+         "read from a local disk, or prefetch the next batch");
+  if (r.skipped_pct > kSkippedPct) {
+    std::string advice = "the loss scale overflows too often: a lower "
+                         "`precision.loss_scale.initial`, a longer `growth_interval`";
+    if (cfg)
+      advice += fmt(" (now %g and %g)", cfg->precision.loss_scale.initial,
+                    cfg->precision.loss_scale.growth_interval);
+    advice += ", or bf16 (no loss scaling needed)";
+    fire("loss_scale",
+         fmt("%g of %g steps skipped (%.1f%%) > %.0f%%", r.skipped_steps, r.steps,
+             r.skipped_pct, kSkippedPct),
+         advice);
+  }
+}
+
+}  // namespace
+
+int warmup_steps_excluded(int steps) {
+  return std::max(0, std::min(std::max(1, std::min(5, steps / 10)), steps - 1));
+}
+
+std::vector<std::string> ReportData::fired() const {
+  std::vector<std::string> ids;
+  for (const Finding& f : findings) ids.push_back(f.id);
+  return ids;
+}
+
+ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
+  if (!fs::is_directory(run_dir)) throw InputError("run directory '" + run_dir + "' not found");
+  const fs::path dir(run_dir);
+  const std::string steps_path = (dir / "steps.jsonl").string();
+  if (!fs::exists(steps_path))
+    throw InputError("'" + steps_path + "' not found: is '" + run_dir + "' a run directory?");
+
+  ReportData r;
+  r.run_dir = run_dir;
+  r.machine = machine;
+  const std::vector<StepRecord> recs = read_steps(steps_path, r.warnings);
+  const json summary = read_summary((dir / "summary.json").string(), r.warnings);
+
+  const std::string config_path = (dir / "config.yaml").string();
+  if (fs::exists(config_path)) {
+    try {
+      r.config = load_config(config_path);
+      r.has_config = true;
+    } catch (const InputError& e) {
+      r.warnings.push_back(std::string("config.yaml unreadable, no roofline: ") + e.what());
+    }
+  } else {
+    r.warnings.push_back(config_path + " not found: no roofline");
+  }
+
+  r.steps = int(recs.size());
+  r.warmup_excluded = warmup_steps_excluded(r.steps);
+  const std::vector<StepRecord> steady(recs.begin() + r.warmup_excluded, recs.end());
+  r.steady_steps = int(steady.size());
+  r.world = int(number_or(summary, "world", std::max(1, recs.back().ranks_world)));
+  r.threads = int(number_or(summary, "threads", r.has_config ? r.config.run.threads : 0));
+
+  compute_step_stats(steady, r);
+  compute_throughput(steady, summary, r);
+  compute_ranks(steady, r);
+  compute_loss_and_memory(recs, summary, r);
+
+  if (machine.ram_bytes > 0) r.memory_limit_bytes = machine.ram_bytes / r.world;
+  if (machine.mem_bandwidth_gbs > 0 && r.peak_gflops > 0)
+    r.machine_balance = r.peak_gflops / machine.mem_bandwidth_gbs;
+  if (r.has_config) {
+    r.roofline_rows = int64_t(r.config.train.micro_batch) * r.config.model.seq_len;
+    r.roofline = roofline(r.config.model, r.config.train.micro_batch, r.peak_gflops,
+                          machine.mem_bandwidth_gbs);
+  }
+  run_rules(r);
+  return r;
+}
+
+}  // namespace ringstep
