@@ -1,0 +1,250 @@
+// The two renderings of a ReportData (text for a person, one JSON object for a script) and
+// the `ringstep report` entry point.
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "train/report.h"
+
+namespace ringstep {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// Unknown numbers (NaN, or 0 where 0 means "not measured") are null in JSON.
+ojson known(double x) { return std::isfinite(x) ? ojson(x) : ojson(nullptr); }
+ojson positive(double x) { return x > 0 ? ojson(x) : ojson(nullptr); }
+
+class Text {
+ public:
+  void line(const char* f, ...) __attribute__((format(printf, 2, 3))) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, f);
+    std::vsnprintf(buf, sizeof buf, f, ap);
+    va_end(ap);
+    s_ += buf;
+    s_ += '\n';
+  }
+  std::string str() const { return s_; }
+
+ private:
+  std::string s_;
+};
+
+std::string count(double x) {
+  char buf[32];
+  if (x >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", x / 1e9);
+  else if (x >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
+  else if (x >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", x);
+  return buf;
+}
+
+double mib(double bytes) { return bytes / 1048576.0; }
+
+void print_time(const ReportData& r, Text& t) {
+  t.line("step time    p50 %.1f ms | p90 %.1f ms | p99 %.1f ms | spread (p90-p50)/p50 %.1f%%",
+         r.step_ms_p50, r.step_ms_p90, r.step_ms_p99, 100 * r.spread);
+  const StepShares& p = r.pct;
+  t.line("breakdown    %% of step, summed over the %d steady steps", r.steady_steps);
+  t.line("  data          %5.1f%%", p.data);
+  t.line("  forward       %5.1f%%", p.forward);
+  t.line("  backward      %5.1f%%   (recompute %.1f%% of backward)", p.backward,
+         p.recompute_of_backward);
+  t.line("  optimizer     %5.1f%%", p.optimizer);
+  t.line("  comm exposed  %5.1f%%", p.comm_exposed);
+  t.line("  other         %5.1f%%", p.other);
+  if (std::isfinite(r.overlap))
+    t.line("  comm in flight %4.1f%%   overlap %.1f%% (1 - exposed/comm)", p.comm, 100 * r.overlap);
+  else
+    t.line("  comm in flight %4.1f%%   overlap n/a (nothing communicated)", p.comm);
+  t.line("throughput   %s tokens/s at p50 (%s tokens/step) | model %.1f GFLOP/s/rank | peak "
+         "%.1f GFLOP/s/rank | MFU %.1f%%",
+         count(r.tokens_per_s).c_str(), count(r.tokens_per_step).c_str(), r.model_gflops,
+         r.peak_gflops, 100 * r.mfu);
+  t.line("skipped      %d of %d steps (%.1f%%)", r.skipped_steps, r.steps, r.skipped_pct);
+}
+
+void print_loss_memory_ranks(const ReportData& r, Text& t) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "loss         final %.4f", r.final_loss);
+  std::string loss = buf;
+  if (std::isfinite(r.final_val_loss)) {
+    std::snprintf(buf, sizeof buf, " | val %.4f", r.final_val_loss);
+    loss += buf;
+  }
+  if (std::isfinite(r.entropy_floor)) {
+    std::snprintf(buf, sizeof buf, " | floor %.4f | gap %.4f nats (%s - floor)", r.entropy_floor,
+                  r.loss_gap, std::isfinite(r.final_val_loss) ? "val" : "final");
+    loss += buf;
+  } else {
+    loss += " | floor unknown (not synthetic data)";
+  }
+  t.line("%s", loss.c_str());
+
+  t.line("memory       params %.2f MiB | grads %.2f MiB | optimizer %.2f MiB | activations peak "
+         "%.2f MiB",
+         mib(double(r.params_bytes)), mib(double(r.grads_bytes)), mib(double(r.optimizer_bytes)),
+         mib(double(r.activations_peak_bytes)));
+  if (r.memory_limit_bytes > 0)
+    t.line("             limit %.0f MiB/rank (physical RAM / %d ranks): activations %.1f%% of it",
+           mib(r.memory_limit_bytes), r.world,
+           100 * double(r.activations_peak_bytes) / r.memory_limit_bytes);
+
+  if (r.slowest_rank < 0) {
+    t.line("ranks        %d: nothing to compare", r.world);
+    return;
+  }
+  std::string who;
+  for (size_t k = 0; k < r.slowest_count.size(); ++k) {
+    if (r.slowest_count[k] == 0) continue;
+    std::snprintf(buf, sizeof buf, "%srank %zu %d", who.empty() ? "" : ", ", k,
+                  r.slowest_count[k]);
+    who += buf;
+  }
+  t.line("ranks        %d; slowest in the steady steps: %s (of %d); rank %d %.1f%% | median "
+         "step max/median %.3f",
+         r.world, who.c_str(), r.steady_steps, r.slowest_rank, 100 * r.slowest_frac,
+         r.max_over_median);
+}
+
+void print_roofline(const ReportData& r, Text& t) {
+  if (!r.has_config) {
+    t.line("roofline     no config.yaml: model shapes unknown");
+    return;
+  }
+  const MachineInfo& m = r.machine;
+  t.line("roofline     forward matrix products, fp32, N = micro_batch x seq_len = %lld rows",
+         (long long)r.roofline_rows);
+  if (r.machine_balance > 0)
+    t.line("             peak %.1f GFLOP/s/rank / bandwidth %.1f GB/s (triad, 64 MiB arrays, "
+           "best of 5, %d threads) = balance %.1f FLOP/byte",
+           r.peak_gflops, m.mem_bandwidth_gbs, m.bandwidth_threads, r.machine_balance);
+  else
+    t.line("             machine balance unknown (no peak or no bandwidth measurement)");
+  t.line("  %-10s %20s %10s %11s %10s %12s  %s", "product", "M x K x N", "per fwd", "MFLOP",
+         "FLOP/byte", "attain GF/s", "bound");
+  for (const RooflineRow& row : r.roofline) {
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "%lld x %lld x %lld", (long long)row.m, (long long)row.k,
+                  (long long)row.n);
+    t.line("  %-10s %20s %10lld %11.2f %10.2f %12.1f  %s", row.name.c_str(), shape,
+           (long long)row.count, row.flops / 1e6, row.intensity, row.attainable_gflops,
+           row.bound.c_str());
+  }
+}
+
+void print_diagnosis(const ReportData& r, Text& t) {
+  t.line("diagnosis");
+  if (r.findings.empty()) {
+    t.line("  no rule fired: the step looks healthy (rules and thresholds: docs/logs.md)");
+    return;
+  }
+  for (const Finding& f : r.findings) {
+    t.line("  [%s] %s", f.id.c_str(), f.evidence.c_str());
+    t.line("      -> %s", f.advice.c_str());
+  }
+}
+
+}  // namespace
+
+std::string report_text(const ReportData& r) {
+  Text t;
+  t.line("ringstep report: %s", r.run_dir.c_str());
+  t.line("  %d steps, %d ranks, %s threads/rank; steady state: steps %d..%d (the first %d "
+         "excluded as warm-up: max(1, min(5, steps/10)))",
+         r.steps, r.world, r.threads > 0 ? std::to_string(r.threads).c_str() : "?",
+         r.warmup_excluded + 1, r.steps, r.warmup_excluded);
+  print_time(r, t);
+  print_loss_memory_ranks(r, t);
+  print_roofline(r, t);
+  print_diagnosis(r, t);
+  return t.str();
+}
+
+std::string report_json(const ReportData& r) {
+  const StepShares& p = r.pct;
+  ojson j;
+  j["run_dir"] = r.run_dir;
+  j["steps"] = r.steps;
+  j["warmup_steps_excluded"] = r.warmup_excluded;
+  j["steady_steps"] = r.steady_steps;
+  j["world"] = r.world;
+  j["threads"] = positive(r.threads);
+  j["step_ms"] = {{"p50", r.step_ms_p50},
+                  {"p90", r.step_ms_p90},
+                  {"p99", r.step_ms_p99},
+                  {"spread", r.spread}};
+  j["breakdown_pct"] = {{"data", p.data},
+                        {"forward", p.forward},
+                        {"backward", p.backward},
+                        {"recompute", p.recompute},
+                        {"recompute_of_backward", p.recompute_of_backward},
+                        {"optimizer", p.optimizer},
+                        {"comm_exposed", p.comm_exposed},
+                        {"other", p.other},
+                        {"comm", p.comm},
+                        {"compute", p.compute}};
+  j["overlap"] = known(r.overlap);
+  j["throughput"] = {{"tokens_per_step", r.tokens_per_step},
+                     {"tokens_per_s", r.tokens_per_s},
+                     {"model_gflops", r.model_gflops},
+                     {"peak_gflops", positive(r.peak_gflops)},
+                     {"mfu", r.peak_gflops > 0 ? ojson(r.mfu) : ojson(nullptr)}};
+  j["skipped"] = {{"steps", r.skipped_steps}, {"pct", r.skipped_pct}};
+  j["loss"] = {{"final", r.final_loss},
+               {"val", known(r.final_val_loss)},
+               {"floor", known(r.entropy_floor)},
+               {"gap", known(r.loss_gap)}};
+  j["ranks"] = {{"slowest_count", r.slowest_count},
+                {"slowest_rank", r.slowest_rank >= 0 ? ojson(r.slowest_rank) : ojson(nullptr)},
+                {"slowest_frac", r.slowest_frac},
+                {"max_over_median", r.max_over_median}};
+  j["memory"] = {{"params_bytes", r.params_bytes},
+                 {"grads_bytes", r.grads_bytes},
+                 {"optimizer_bytes", r.optimizer_bytes},
+                 {"activations_peak_bytes", r.activations_peak_bytes},
+                 {"limit_bytes", positive(r.memory_limit_bytes)}};
+  j["machine"] = {{"mem_bandwidth_gbs", positive(r.machine.mem_bandwidth_gbs)},
+                  {"bandwidth_threads", positive(r.machine.bandwidth_threads)},
+                  {"ram_bytes", positive(r.machine.ram_bytes)},
+                  {"balance_flop_per_byte", positive(r.machine_balance)}};
+  ojson products = ojson::array();
+  for (const RooflineRow& row : r.roofline)
+    products.push_back({{"name", row.name},
+                        {"m", row.m},
+                        {"k", row.k},
+                        {"n", row.n},
+                        {"count", row.count},
+                        {"flops", row.flops},
+                        {"bytes", row.bytes},
+                        {"intensity", row.intensity},
+                        {"attainable_gflops", positive(row.attainable_gflops)},
+                        {"bound", row.bound}});
+  j["roofline"] = {{"rows", r.has_config ? ojson(r.roofline_rows) : ojson(nullptr)},
+                   {"products", products}};
+  ojson diag = ojson::array();
+  for (const Finding& f : r.findings)
+    diag.push_back({{"id", f.id}, {"evidence", f.evidence}, {"advice", f.advice}});
+  j["diagnosis"] = diag;
+  j["healthy"] = r.findings.empty();
+  j["warnings"] = r.warnings;
+  return j.dump(2) + "\n";
+}
+
+int run_report(const std::string& run_dir, bool json_out) {
+  // A first pass fails fast on bad input and says how many threads the run used, which
+  // the bandwidth measurement should match.
+  const ReportData first = analyze(run_dir);
+  const ReportData r = analyze(run_dir, measure_machine(first.threads));
+  for (const std::string& w : r.warnings) std::fprintf(stderr, "ringstep report: warning: %s\n", w.c_str());
+  const std::string out = json_out ? report_json(r) : report_text(r);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace ringstep
