@@ -268,6 +268,25 @@ std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 
 
 std::string mib(double bytes) { return fmt("%.1f MiB", bytes / 1048576.0); }
 
+// Korthikanti et al. 2022, sec. 4.1: a block saves sbh(34 + 5as/h) bytes in fp16 with
+// dropout. Without dropout (no masks, no dropout output) that is 2(16sbh + as^2b): the
+// values ringstep's blocks keep (models/gpt.cpp layer_act_sizes, less the LayerNorm
+// statistics) at 4 bytes each in fp32, 2 in bf16/fp16. Recomputation (sec. 5): a
+// recomputed block keeps only its input (sbh values) and rebuilds the rest, one block at a
+// time, during backward; selective recomputation drops the as^2b attention terms.
+double activation_estimate_bytes(const Config& c) {
+  const double s = c.model.seq_len, b = c.train.micro_batch, h = c.model.d_model,
+               a = c.model.n_heads, L = c.model.n_layers,
+               bytes = c.precision.dtype == "fp32" ? 4 : 2;
+  const double block = bytes * (16 * s * b * h + a * s * s * b), input = bytes * s * b * h;
+  const std::string& policy = c.recompute.policy;
+  if (policy == "selective") return L * bytes * 16 * s * b * h;
+  double recomputed = 0;  // blocks 0, k, 2k, ... (every_k) or all of them (full)
+  if (policy == "full") recomputed = L;
+  if (policy == "every_k") recomputed = std::ceil(L / std::max(1, c.recompute.k));
+  return (L - recomputed) * block + recomputed * input + (recomputed > 0 ? block : 0);
+}
+
 void run_rules(ReportData& r) {
   const Config* cfg = r.has_config ? &r.config : nullptr;
   auto fire = [&](const char* id, std::string evidence, std::string advice) {
@@ -401,6 +420,7 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
     r.roofline_rows = int64_t(r.config.train.micro_batch) * r.config.model.seq_len;
     r.roofline = roofline(r.config.model, r.config.train.micro_batch, r.peak_gflops,
                           machine.mem_bandwidth_gbs);
+    r.activations_estimate_bytes = activation_estimate_bytes(r.config);
   }
   run_rules(r);
   return r;

@@ -92,6 +92,10 @@ struct ReportData {
   double max_over_median = 1;      // median over steady steps of step_ms_max / step_ms_median
 
   uint64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_peak_bytes = 0;
+  // Korthikanti et al. 2022's activations of the n_layers blocks as ringstep saves them (no
+  // dropout), for the config's dtype and recompute policy (docs/metrics.md); 0 without
+  // config.yaml.
+  double activations_estimate_bytes = 0;
   double memory_limit_bytes = 0;  // physical RAM / world; 0 = unknown
 
   bool has_config = false;

@@ -4,7 +4,9 @@
 #include <cstdarg>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "train/report.h"
 
@@ -45,6 +47,10 @@ std::string count(double x) {
 
 double mib(double bytes) { return bytes / 1048576.0; }
 
+std::string plural(long long n, const char* word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
 void print_time(const ReportData& r, Text& t) {
   t.line("step time    p50 %.1f ms | p90 %.1f ms | p99 %.1f ms | spread (p90-p50)/p50 %.1f%%",
          r.step_ms_p50, r.step_ms_p90, r.step_ms_p99, 100 * r.spread);
@@ -61,9 +67,9 @@ void print_time(const ReportData& r, Text& t) {
     t.line("  comm in flight %4.1f%%   overlap %.1f%% (1 - exposed/comm)", p.comm, 100 * r.overlap);
   else
     t.line("  comm in flight %4.1f%%   overlap n/a (nothing communicated)", p.comm);
-  t.line("throughput   %s tokens/s at p50 (%s tokens/step) | model %.1f GFLOP/s/rank | peak "
+  t.line("throughput   %s tokens/s at p50 (%.0f tokens/step) | model %.1f GFLOP/s/rank | peak "
          "%.1f GFLOP/s/rank | MFU %.1f%%",
-         count(r.tokens_per_s).c_str(), count(r.tokens_per_step).c_str(), r.model_gflops,
+         count(r.tokens_per_s).c_str(), r.tokens_per_step, r.model_gflops,
          r.peak_gflops, 100 * r.mfu);
   t.line("skipped      %d of %d steps (%.1f%%)", r.skipped_steps, r.steps, r.skipped_pct);
 }
@@ -89,26 +95,35 @@ void print_loss_memory_ranks(const ReportData& r, Text& t) {
          "%.2f MiB",
          mib(double(r.params_bytes)), mib(double(r.grads_bytes)), mib(double(r.optimizer_bytes)),
          mib(double(r.activations_peak_bytes)));
+  if (r.activations_estimate_bytes > 0)
+    t.line("             Korthikanti et al. estimate for the %d blocks: %.2f MiB (the arena also "
+           "holds embeddings, logits and backward scratch)",
+           r.config.model.n_layers, mib(r.activations_estimate_bytes));
   if (r.memory_limit_bytes > 0)
-    t.line("             limit %.0f MiB/rank (physical RAM / %d ranks): activations %.1f%% of it",
-           mib(r.memory_limit_bytes), r.world,
+    t.line("             limit %.2f GiB/rank (physical RAM / %s): activations %.1f%% of it",
+           r.memory_limit_bytes / 1073741824.0, plural(r.world, "rank").c_str(),
            100 * double(r.activations_peak_bytes) / r.memory_limit_bytes);
 
   if (r.slowest_rank < 0) {
-    t.line("ranks        %d: nothing to compare", r.world);
+    t.line("ranks        %s: nothing to compare", plural(r.world, "rank").c_str());
     return;
   }
+  // Ranks by how often they were the slowest, most often first.
+  std::vector<int> order;
+  for (size_t k = 0; k < r.slowest_count.size(); ++k)
+    if (r.slowest_count[k] > 0) order.push_back(int(k));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return r.slowest_count[size_t(a)] > r.slowest_count[size_t(b)];
+  });
   std::string who;
-  for (size_t k = 0; k < r.slowest_count.size(); ++k) {
-    if (r.slowest_count[k] == 0) continue;
-    std::snprintf(buf, sizeof buf, "%srank %zu %d", who.empty() ? "" : ", ", k,
-                  r.slowest_count[k]);
+  for (int k : order) {
+    std::snprintf(buf, sizeof buf, "%srank %d in %d", who.empty() ? "" : ", ", k,
+                  r.slowest_count[size_t(k)]);
     who += buf;
   }
-  t.line("ranks        %d; slowest in the steady steps: %s (of %d); rank %d %.1f%% | median "
-         "step max/median %.3f",
-         r.world, who.c_str(), r.steady_steps, r.slowest_rank, 100 * r.slowest_frac,
-         r.max_over_median);
+  t.line("ranks        %d; slowest: %s of %d steady steps | step max/median %.3f (median over "
+         "steps)",
+         r.world, who.c_str(), r.steady_steps, r.max_over_median);
 }
 
 void print_roofline(const ReportData& r, Text& t) {
@@ -119,12 +134,15 @@ void print_roofline(const ReportData& r, Text& t) {
   const MachineInfo& m = r.machine;
   t.line("roofline     forward matrix products, fp32, N = micro_batch x seq_len = %lld rows",
          (long long)r.roofline_rows);
-  if (r.machine_balance > 0)
+  if (r.machine_balance > 0) {
     t.line("             peak %.1f GFLOP/s/rank / bandwidth %.1f GB/s (triad, 64 MiB arrays, "
-           "best of 5, %d threads) = balance %.1f FLOP/byte",
-           r.peak_gflops, m.mem_bandwidth_gbs, m.bandwidth_threads, r.machine_balance);
-  else
+           "best of 5, %s on this machine) = balance %.1f FLOP/byte",
+           r.peak_gflops, m.mem_bandwidth_gbs, plural(m.bandwidth_threads, "thread").c_str(),
+           r.machine_balance);
+    t.line("             a product below the balance (FLOP/byte) is bandwidth-bound");
+  } else {
     t.line("             machine balance unknown (no peak or no bandwidth measurement)");
+  }
   t.line("  %-10s %20s %10s %11s %10s %12s  %s", "product", "M x K x N", "per fwd", "MFLOP",
          "FLOP/byte", "attain GF/s", "bound");
   for (const RooflineRow& row : r.roofline) {
@@ -154,10 +172,11 @@ void print_diagnosis(const ReportData& r, Text& t) {
 std::string report_text(const ReportData& r) {
   Text t;
   t.line("ringstep report: %s", r.run_dir.c_str());
-  t.line("  %d steps, %d ranks, %s threads/rank; steady state: steps %d..%d (the first %d "
-         "excluded as warm-up: max(1, min(5, steps/10)))",
-         r.steps, r.world, r.threads > 0 ? std::to_string(r.threads).c_str() : "?",
-         r.warmup_excluded + 1, r.steps, r.warmup_excluded);
+  t.line("  %s, %s x %s threads; steady state: steps %d..%d (the first %s excluded as "
+         "warm-up: max(1, min(5, steps/10)))",
+         plural(r.steps, "step").c_str(), plural(r.world, "rank").c_str(),
+         r.threads > 0 ? std::to_string(r.threads).c_str() : "?", r.warmup_excluded + 1, r.steps,
+         plural(r.warmup_excluded, "step").c_str());
   print_time(r, t);
   print_loss_memory_ranks(r, t);
   print_roofline(r, t);
@@ -173,7 +192,7 @@ std::string report_json(const ReportData& r) {
   j["warmup_steps_excluded"] = r.warmup_excluded;
   j["steady_steps"] = r.steady_steps;
   j["world"] = r.world;
-  j["threads"] = positive(r.threads);
+  j["threads"] = r.threads > 0 ? ojson(r.threads) : ojson(nullptr);
   j["step_ms"] = {{"p50", r.step_ms_p50},
                   {"p90", r.step_ms_p90},
                   {"p99", r.step_ms_p99},
@@ -207,9 +226,12 @@ std::string report_json(const ReportData& r) {
                  {"grads_bytes", r.grads_bytes},
                  {"optimizer_bytes", r.optimizer_bytes},
                  {"activations_peak_bytes", r.activations_peak_bytes},
+                 {"activations_estimate_bytes", positive(r.activations_estimate_bytes)},
                  {"limit_bytes", positive(r.memory_limit_bytes)}};
   j["machine"] = {{"mem_bandwidth_gbs", positive(r.machine.mem_bandwidth_gbs)},
-                  {"bandwidth_threads", positive(r.machine.bandwidth_threads)},
+                  {"bandwidth_threads", r.machine.bandwidth_threads > 0
+                                            ? ojson(r.machine.bandwidth_threads)
+                                            : ojson(nullptr)},
                   {"ram_bytes", positive(r.machine.ram_bytes)},
                   {"balance_flop_per_byte", positive(r.machine_balance)}};
   ojson products = ojson::array();

@@ -17,9 +17,14 @@ std::vector<RooflineRow> roofline(const ModelConfig& model, int micro_batch, dou
                 T = model.seq_len, V = model.vocab_size, L = model.n_layers,
                 H = model.n_heads, hd = C / std::max(1, model.n_heads);
   // {name, M, K, N, runs per micro-batch forward}. Attention's two products are per
-  // (sequence, head) and counted as full T x T products; the causal kernel skips the upper
-  // triangle, which halves FLOPs and C's bytes alike and leaves the intensity unchanged.
-  std::vector<RooflineRow> rows = {
+  // (sequence, head), shown as full T x T products; the causal kernel skips the query
+  // blocks above the diagonal (core/cpu/ops_attention.cpp), which cuts FLOPs and bytes
+  // alike and moves the intensity little.
+  struct Shape {
+    const char* name;
+    int64_t m, k, n, count;
+  };
+  const Shape shapes[] = {
       {"qkv", N, C, 3 * C, L},
       {"attn proj", N, C, C, L},
       {"mlp fc", N, C, 4 * C, L},
@@ -28,7 +33,10 @@ std::vector<RooflineRow> roofline(const ModelConfig& model, int micro_batch, dou
       {"attn QK^T", T, hd, T, int64_t(micro_batch) * H * L},
       {"attn PV", T, T, hd, int64_t(micro_batch) * H * L},
   };
-  for (RooflineRow& r : rows) {
+  std::vector<RooflineRow> rows;
+  for (const Shape& s : shapes) {
+    RooflineRow r;
+    r.name = s.name, r.m = s.m, r.k = s.k, r.n = s.n, r.count = s.count;
     r.flops = 2.0 * double(r.m) * double(r.k) * double(r.n);
     r.bytes = 4.0 * double(r.m * r.k + r.k * r.n + r.m * r.n);  // fp32, each matrix once
     r.intensity = r.flops / r.bytes;
@@ -38,6 +46,7 @@ std::vector<RooflineRow> roofline(const ModelConfig& model, int micro_batch, dou
     } else {
       r.bound = "unknown";
     }
+    rows.push_back(r);
   }
   return rows;
 }

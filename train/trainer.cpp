@@ -74,12 +74,18 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   const int B = cfg.train.micro_batch, T = mc.seq_len, accum = cfg.train.grad_accum_steps;
 
   // Inputs first: a bad data file must fail before anything is written.
-  const std::vector<int>& window = cfg.profile.trace_steps;
-  if (!window.empty() && window[1] > cfg.train.steps)
-    throw InputError(cfg.source_path + ": profile.trace_steps [" + std::to_string(window[0]) +
-                     ", " + std::to_string(window[1]) + "] lies outside the run (train.steps = " +
-                     std::to_string(cfg.train.steps) + "); use steps 1.." +
-                     std::to_string(cfg.train.steps) + " or [] for no trace");
+  // The trace window, clipped to the run; a window past the end is a warning, not an error:
+  // `--set train.steps=3` on a config that traces steps 5-7 should still run.
+  std::vector<int> window = cfg.profile.trace_steps;
+  std::string trace_note;
+  if (!window.empty() && window[0] > cfg.train.steps) {
+    trace_note = "profile.trace_steps [" + std::to_string(window[0]) + ", " +
+                 std::to_string(window[1]) + "] lies outside the run (train.steps = " +
+                 std::to_string(cfg.train.steps) + "): no trace will be written";
+    window.clear();
+  } else if (!window.empty() && window[1] > cfg.train.steps) {
+    window[1] = cfg.train.steps;
+  }
   std::unique_ptr<DataSource> data = make_data_source(cfg, "train", rank, world);
   Evaluator eval{make_data_source(cfg, "val", rank, world), std::max(1, cfg.train.eval_batches),
                  B, T, std::vector<int32_t>(size_t(B) * T), std::vector<int32_t>(size_t(B) * T)};
@@ -142,6 +148,10 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
         std::printf("  LINK EMULATION ON: every message paced to %.1f Gb/s, %.1f us latency\n",
                     cfg.comm.link.bandwidth_gbps, cfg.comm.link.latency_us);
     }
+    if (!window.empty())
+      std::printf("  trace      steps %d-%d -> %s/trace/rank-R.json\n", window[0], window[1],
+                  cfg.run.out_dir.c_str());
+    if (!trace_note.empty()) std::printf("  warning    %s\n", trace_note.c_str());
     std::printf("  run dir    %s\n", cfg.run.out_dir.c_str());
     std::fflush(stdout);
   }

@@ -1,0 +1,377 @@
+#include "train/report.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ringstep {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Two recorded runs with numbers chosen by hand (tests/train/fixtures/report_run/):
+//  healthy   1 rank, 20 steps. Steps 1-2 (warm-up, 300 ms) are excluded; steps 3..20 take
+//            100, 101, ..., 117 ms, split data 1% / forward 30% / backward 60% /
+//            optimizer 8% / other 1%. 2048 tokens and 5.425 model GFLOP per step, peak
+//            100 GFLOP/s, activation peak 50 MiB, final val loss 2.6 over a floor of 1.5.
+//  straggler 4 ranks, 10 steps, fp16, full recompute. Step 1 is warm-up; steps 2..10 take
+//            200 ms: data 2, forward 40, backward 60 (recompute 15), optimizer 8, comm 110
+//            of which 88 exposed, other 2. Rank 3 is slowest in 7 of the 9 steady steps,
+//            rank 1 in 2; max/median = 200/180. Step 5 was skipped. 8192 tokens and
+//            6 model GFLOP per step, peak 100.
+const fs::path kFixtures = fs::path(RINGSTEP_SOURCE_DIR) / "tests/train/fixtures/report_run";
+constexpr double kMiB = 1048576.0;
+constexpr double kEps = 1e-9;
+
+// A machine with enough RAM that the memory rule stays quiet, and a bandwidth that puts
+// the balance at 100 / 5 = 20 FLOP/byte.
+MachineInfo BigMachine() { return {5.0, 1, 64.0 * 1024 * kMiB}; }
+
+fs::path Scratch(const std::string& name) {
+  fs::path p = fs::temp_directory_path() /
+               ("ringstep_report_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+// A copy of a fixture that a test may change.
+fs::path CopyFixture(const std::string& fixture, const std::string& name) {
+  fs::path dst = Scratch(name);
+  fs::copy(kFixtures / fixture, dst, fs::copy_options::recursive);
+  return dst;
+}
+
+std::vector<json> ReadSteps(const fs::path& dir) {
+  std::ifstream in(dir / "steps.jsonl");
+  std::vector<json> recs;
+  for (std::string line; std::getline(in, line);) recs.push_back(json::parse(line));
+  return recs;
+}
+
+void WriteSteps(const fs::path& dir, const std::vector<json>& recs) {
+  std::ofstream out(dir / "steps.jsonl", std::ios::trunc);
+  for (const json& r : recs) out << r.dump() << '\n';
+}
+
+void AppendRaw(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::app | std::ios::binary);
+  out << text;
+}
+
+bool Fired(const ReportData& r, const std::string& id) {
+  const std::vector<std::string> ids = r.fired();
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+TEST(Report, WarmupRuleExcludesAtLeastOneAtMostFive) {
+  EXPECT_EQ(warmup_steps_excluded(1), 0);  // never every step
+  EXPECT_EQ(warmup_steps_excluded(2), 1);
+  EXPECT_EQ(warmup_steps_excluded(19), 1);
+  EXPECT_EQ(warmup_steps_excluded(20), 2);
+  EXPECT_EQ(warmup_steps_excluded(49), 4);
+  EXPECT_EQ(warmup_steps_excluded(300), 5);
+}
+
+TEST(Report, HealthyFixtureHandComputedNumbers) {
+  const ReportData r = analyze((kFixtures / "healthy").string(), BigMachine());
+  EXPECT_TRUE(r.warnings.empty());
+  EXPECT_EQ(r.steps, 20);
+  EXPECT_EQ(r.warmup_excluded, 2);
+  EXPECT_EQ(r.steady_steps, 18);
+  EXPECT_EQ(r.world, 1);
+  EXPECT_EQ(r.threads, 1);
+  // 100..117 ms: numpy-style percentiles at positions 8.5, 15.3 and 16.83.
+  EXPECT_NEAR(r.step_ms_p50, 108.5, kEps);
+  EXPECT_NEAR(r.step_ms_p90, 115.3, kEps);
+  EXPECT_NEAR(r.step_ms_p99, 116.83, kEps);
+  EXPECT_NEAR(r.spread, 6.8 / 108.5, kEps);
+  EXPECT_NEAR(r.pct.data, 1, kEps);
+  EXPECT_NEAR(r.pct.forward, 30, kEps);
+  EXPECT_NEAR(r.pct.backward, 60, kEps);
+  EXPECT_NEAR(r.pct.recompute_of_backward, 0, kEps);
+  EXPECT_NEAR(r.pct.optimizer, 8, kEps);
+  EXPECT_NEAR(r.pct.comm_exposed, 0, kEps);
+  EXPECT_NEAR(r.pct.other, 1, kEps);
+  EXPECT_NEAR(r.pct.compute, 98, kEps);
+  EXPECT_TRUE(std::isnan(r.overlap));  // nothing communicated
+  EXPECT_NEAR(r.tokens_per_s, 2048 / 0.1085, 1e-6);
+  EXPECT_NEAR(r.model_gflops, 50, 1e-9);  // 5.425 GFLOP in 108.5 ms
+  EXPECT_NEAR(r.peak_gflops, 100, kEps);
+  EXPECT_NEAR(r.mfu, 0.5, 1e-11);
+  EXPECT_EQ(r.skipped_steps, 0);
+  EXPECT_NEAR(r.final_val_loss, 2.6, kEps);
+  EXPECT_NEAR(r.loss_gap, 1.1, kEps);
+  EXPECT_EQ(r.slowest_rank, -1);
+  EXPECT_EQ(r.activations_peak_bytes, uint64_t(50 * kMiB));
+  // 4 blocks x 4 bytes x (16sbh + as^2b), s = 128, b = 8, h = 128, a = 4: 40 MiB.
+  EXPECT_DOUBLE_EQ(r.activations_estimate_bytes, 40 * kMiB);
+  EXPECT_TRUE(r.findings.empty()) << report_text(r);
+}
+
+TEST(Report, StragglerFixtureHandComputedNumbers) {
+  const ReportData r = analyze((kFixtures / "straggler").string(), BigMachine());
+  EXPECT_EQ(r.steps, 10);
+  EXPECT_EQ(r.warmup_excluded, 1);
+  EXPECT_EQ(r.world, 4);
+  EXPECT_NEAR(r.step_ms_p50, 200, kEps);
+  EXPECT_NEAR(r.step_ms_p99, 200, kEps);
+  EXPECT_NEAR(r.spread, 0, kEps);
+  EXPECT_NEAR(r.pct.data, 1, kEps);
+  EXPECT_NEAR(r.pct.forward, 20, kEps);
+  EXPECT_NEAR(r.pct.backward, 30, kEps);
+  EXPECT_NEAR(r.pct.recompute, 7.5, kEps);
+  EXPECT_NEAR(r.pct.recompute_of_backward, 25, kEps);
+  EXPECT_NEAR(r.pct.optimizer, 4, kEps);
+  EXPECT_NEAR(r.pct.comm_exposed, 44, kEps);
+  EXPECT_NEAR(r.pct.other, 1, kEps);
+  EXPECT_NEAR(r.pct.comm, 55, kEps);
+  EXPECT_NEAR(r.pct.compute, 54, kEps);
+  EXPECT_NEAR(r.overlap, 0.2, kEps);  // 1 - 88/110
+  EXPECT_NEAR(r.tokens_per_s, 40960, kEps);
+  EXPECT_NEAR(r.mfu, 0.3, kEps);
+  // The warm-up step (rank 0 slowest) does not count.
+  EXPECT_EQ(r.slowest_count, (std::vector<int>{0, 2, 0, 7}));
+  EXPECT_EQ(r.slowest_rank, 3);
+  EXPECT_NEAR(r.slowest_frac, 7.0 / 9, kEps);
+  EXPECT_NEAR(r.max_over_median, 200.0 / 180, kEps);
+  // fp16 and full recompute: 4 block inputs (sbh x 2 bytes = 0.25 MiB each) plus one
+  // block rebuilt during backward (2 x (16sbh + as^2b) = 5 MiB).
+  EXPECT_DOUBLE_EQ(r.activations_estimate_bytes, 4 * 0.25 * kMiB + 5 * kMiB);
+  EXPECT_EQ(r.skipped_steps, 1);
+  EXPECT_NEAR(r.skipped_pct, 10, kEps);
+  EXPECT_TRUE(std::isnan(r.entropy_floor));
+  EXPECT_TRUE(std::isnan(r.loss_gap));
+  // Communication, the straggler and the loss scale; not the kernels (compute is 54%).
+  EXPECT_EQ(r.fired(), (std::vector<std::string>{"comm_exposed", "straggler", "loss_scale"}));
+  const std::string text = report_text(r);
+  EXPECT_NE(text.find("exposed communication 44.0% of step > 30%"), std::string::npos) << text;
+  EXPECT_NE(text.find("onebit_adam"), std::string::npos);
+  EXPECT_NE(text.find("rank 3 was the slowest in 7 of 9 steady steps"), std::string::npos);
+  EXPECT_NE(text.find("1 of 10 steps skipped (10.0%)"), std::string::npos);
+}
+
+TEST(Report, RooflineShapesAndBoundsFromConfig) {
+  // tiny: micro_batch 8, seq_len 128 (N = 1024), d_model 128, 4 heads of 32, vocab 256.
+  const ReportData r = analyze((kFixtures / "healthy").string(), BigMachine());
+  ASSERT_TRUE(r.has_config);
+  EXPECT_EQ(r.roofline_rows, 1024);
+  EXPECT_NEAR(r.machine_balance, 20, kEps);
+  ASSERT_EQ(r.roofline.size(), 7u);
+  const RooflineRow& qkv = r.roofline[0];
+  EXPECT_EQ(qkv.name, "qkv");
+  EXPECT_EQ((std::vector<int64_t>{qkv.m, qkv.k, qkv.n, qkv.count}),
+            (std::vector<int64_t>{1024, 128, 384, 4}));
+  EXPECT_DOUBLE_EQ(qkv.flops, 2.0 * 1024 * 128 * 384);
+  EXPECT_DOUBLE_EQ(qkv.bytes, 4.0 * (1024 * 128 + 128 * 384 + 1024 * 384));
+  EXPECT_EQ(qkv.bound, "compute");  // 43.9 FLOP/byte > 20
+  EXPECT_DOUBLE_EQ(qkv.attainable_gflops, 100);
+  const RooflineRow& qk = r.roofline[5];
+  EXPECT_EQ(qk.name, "attn QK^T");
+  EXPECT_EQ((std::vector<int64_t>{qk.m, qk.k, qk.n, qk.count}),
+            (std::vector<int64_t>{128, 32, 128, 8 * 4 * 4}));
+  EXPECT_DOUBLE_EQ(qk.intensity, 1048576.0 / 98304.0);  // 10.7 FLOP/byte < 20
+  EXPECT_EQ(qk.bound, "bandwidth");
+  EXPECT_DOUBLE_EQ(qk.attainable_gflops, 5 * qk.intensity);
+  EXPECT_EQ(r.roofline[4].name, "lm head");
+  EXPECT_EQ(r.roofline[4].n, 256);
+  // No bandwidth measured: no bound claimed.
+  EXPECT_EQ(analyze((kFixtures / "healthy").string()).roofline[0].bound, "unknown");
+}
+
+TEST(Report, ActivationRuleFiresNearTheMemoryLimit) {
+  MachineInfo small = BigMachine();
+  small.ram_bytes = 60 * kMiB;  // 50 MiB of activations = 83% > 80%
+  const ReportData r = analyze((kFixtures / "healthy").string(), small);
+  EXPECT_EQ(r.fired(), std::vector<std::string>{"activation_memory"});
+  EXPECT_NE(r.findings[0].evidence.find("83.3%"), std::string::npos) << r.findings[0].evidence;
+  EXPECT_NE(r.findings[0].advice.find("recompute.policy"), std::string::npos);
+  // The limit is per rank: 4 ranks share the node's RAM (100 MiB of 4 x 110 MiB = 91%).
+  small.ram_bytes = 4 * 110 * kMiB;
+  EXPECT_TRUE(Fired(analyze((kFixtures / "straggler").string(), small), "activation_memory"));
+  small.ram_bytes = 4 * 200 * kMiB;
+  EXPECT_FALSE(Fired(analyze((kFixtures / "straggler").string(), small), "activation_memory"));
+}
+
+TEST(Report, SpreadDataKernelAndSkipRulesFireOnTheirNumbers) {
+  const fs::path dir = CopyFixture("healthy", "rules");
+  const std::vector<json> healthy = ReadSteps(dir);
+
+  // Steady steps 3..16 at 100 ms, 17..20 at 150 ms: p50 100, p90 150.
+  std::vector<json> recs = healthy;
+  for (size_t i = 2; i < recs.size(); ++i) {
+    const double s = i >= 16 ? 150 : 100;
+    json& t = recs[i]["time_ms"];
+    t["step"] = s, t["data"] = 0.01 * s, t["forward"] = 0.3 * s, t["backward"] = 0.6 * s;
+    t["optimizer"] = 0.08 * s, t["other"] = 0.01 * s;
+  }
+  WriteSteps(dir, recs);
+  ReportData r = analyze(dir.string(), BigMachine());
+  EXPECT_NEAR(r.step_ms_p50, 100, kEps);
+  EXPECT_NEAR(r.step_ms_p90, 150, kEps);
+  EXPECT_TRUE(Fired(r, "step_spread"));
+  EXPECT_FALSE(Fired(r, "straggler"));  // one rank
+
+  // Data 6% of every step (taken from forward).
+  recs = healthy;
+  for (json& rec : recs) {
+    json& t = rec["time_ms"];
+    const double s = t["step"], data = t["data"], forward = t["forward"];
+    t["data"] = 0.06 * s, t["forward"] = forward - (0.06 * s - data);
+  }
+  WriteSteps(dir, recs);
+  r = analyze(dir.string(), BigMachine());
+  EXPECT_NEAR(r.pct.data, 6, 1e-6);
+  EXPECT_EQ(r.fired(), std::vector<std::string>{"input_pipeline"});
+
+  // One skipped step in 20 (5% > 1%).
+  recs = healthy;
+  recs[9]["skipped"] = true;
+  WriteSteps(dir, recs);
+  EXPECT_EQ(analyze(dir.string(), BigMachine()).fired(), std::vector<std::string>{"loss_scale"});
+
+  // A peak twice as high: MFU 25% while compute is 98% of the step.
+  WriteSteps(dir, healthy);
+  std::ifstream in(dir / "summary.json");
+  json summary = json::parse(in);
+  in.close();
+  summary["peak_gflops"] = 200.0;
+  std::ofstream(dir / "summary.json", std::ios::trunc) << summary.dump(2);
+  r = analyze(dir.string(), BigMachine());
+  EXPECT_NEAR(r.mfu, 0.25, 1e-11);
+  EXPECT_EQ(r.fired(), std::vector<std::string>{"kernels"});
+  fs::remove_all(dir);
+}
+
+TEST(Report, MissingSummaryFallsBackToTheStepRecords) {
+  const fs::path dir = CopyFixture("healthy", "nosummary");
+  fs::remove(dir / "summary.json");
+  const ReportData r = analyze(dir.string(), BigMachine());
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("summary.json not found"), std::string::npos);
+  EXPECT_NEAR(r.peak_gflops, 100, 1e-9);  // model_gflops / mfu of the records
+  EXPECT_NEAR(r.mfu, 0.5, 1e-9);
+  EXPECT_NEAR(r.final_loss, 2.65, kEps);
+  EXPECT_NEAR(r.final_val_loss, 3.9, kEps);  // the last val_loss in the records
+  EXPECT_TRUE(std::isnan(r.entropy_floor));
+  EXPECT_TRUE(r.findings.empty());
+  fs::remove_all(dir);
+}
+
+TEST(Report, PartlyWrittenLastLineIsSkippedWithAWarning) {
+  const fs::path dir = CopyFixture("healthy", "truncated");
+  AppendRaw(dir / "steps.jsonl", R"({"step":21,"loss":2.5,"lr":0.003,"tokens":20)");
+  const ReportData r = analyze(dir.string(), BigMachine());
+  EXPECT_EQ(r.steps, 20);
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("steps.jsonl:21: skipped a partly written last line"),
+            std::string::npos)
+      << r.warnings[0];
+  EXPECT_NEAR(r.pct.forward, 30, kEps);
+  fs::remove_all(dir);
+}
+
+TEST(Report, InvalidLineInTheMiddleNamesFileAndLine) {
+  const fs::path dir = CopyFixture("healthy", "badline");
+  std::vector<json> recs = ReadSteps(dir);
+  WriteSteps(dir, {recs.begin(), recs.begin() + 4});
+  AppendRaw(dir / "steps.jsonl", "{\"step\": 5, \"loss\": \n");
+  AppendRaw(dir / "steps.jsonl", recs[5].dump() + "\n");
+  try {
+    analyze(dir.string());
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("steps.jsonl:5: invalid step record"), std::string::npos)
+        << e.what();
+  }
+  // A complete record without a required field is an error too, even on the last line.
+  recs.back()["time_ms"].erase("forward");
+  WriteSteps(dir, recs);
+  try {
+    analyze(dir.string());
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("steps.jsonl:20: missing number 'time_ms.forward'"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Report, EmptyStepsFileThrows) {
+  const fs::path dir = Scratch("empty");
+  fs::create_directories(dir);
+  std::ofstream(dir / "steps.jsonl").close();
+  EXPECT_THROW(
+      {
+        try {
+          analyze(dir.string());
+        } catch (const InputError& e) {
+          EXPECT_NE(std::string(e.what()).find("no step records"), std::string::npos);
+          throw;
+        }
+      },
+      InputError);
+  // Only a partly written line: nothing left either.
+  AppendRaw(dir / "steps.jsonl", R"({"step":1,"lo)");
+  EXPECT_THROW(analyze(dir.string()), InputError);
+  fs::remove_all(dir);
+}
+
+TEST(Report, MissingDirectoryOrStepsFileThrowsNamingThePath) {
+  const fs::path dir = Scratch("missing");
+  try {
+    analyze(dir.string());
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.string()), std::string::npos) << e.what();
+  }
+  fs::create_directories(dir);
+  try {
+    analyze(dir.string());
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir / "steps.jsonl").string()), std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Report, JsonCarriesTheSameNumbers) {
+  const ReportData r = analyze((kFixtures / "straggler").string(), BigMachine());
+  const json j = json::parse(report_json(r));
+  EXPECT_EQ(j["steps"], 10);
+  EXPECT_NEAR(double(j["breakdown_pct"]["comm_exposed"]), 44, kEps);
+  EXPECT_NEAR(double(j["overlap"]), 0.2, kEps);
+  EXPECT_TRUE(j["loss"]["floor"].is_null());
+  EXPECT_EQ(j["ranks"]["slowest_rank"], 3);
+  EXPECT_EQ(j["roofline"]["products"].size(), 7u);
+  ASSERT_EQ(j["diagnosis"].size(), 3u);
+  EXPECT_EQ(j["diagnosis"][0]["id"], "comm_exposed");
+  EXPECT_FALSE(j["healthy"]);
+  const json h = json::parse(report_json(analyze((kFixtures / "healthy").string())));
+  EXPECT_TRUE(h["healthy"]);
+  EXPECT_TRUE(h["overlap"].is_null());
+  EXPECT_TRUE(h["machine"]["mem_bandwidth_gbs"].is_null());
+}
+
+TEST(Report, RunReportPrintsOneJsonObject) {
+  testing::internal::CaptureStdout();
+  const int rc = run_report((kFixtures / "straggler").string(), true);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  const json j = json::parse(out);  // the whole of stdout is one object
+  EXPECT_GT(double(j["machine"]["mem_bandwidth_gbs"]), 0);
+  EXPECT_GT(double(j["memory"]["limit_bytes"]), 0);
+  EXPECT_EQ(j["roofline"]["products"][0]["bound"].is_string(), true);
+}
+
+}  // namespace
+}  // namespace ringstep
