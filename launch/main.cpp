@@ -10,6 +10,7 @@
 #include "core/cpu/blas_env.h"
 #include "core/error.h"
 #include "launch/commands.h"
+#include "train/report.h"
 
 int main(int argc, char** argv) {
   using namespace ringstep;
@@ -30,6 +31,12 @@ int main(int argc, char** argv) {
   CLI::App* prep_cmd = app.add_subcommand("prepare", "Turn a text file into byte-level tokens");
   prep_cmd->add_option("--input", prep_in, "Text file")->required();
   prep_cmd->add_option("--output", prep_out, "Token file to write")->required();
+
+  std::string report_dir;
+  bool report_json = false;
+  CLI::App* report_cmd = app.add_subcommand("report", "Summarise and diagnose a run directory");
+  report_cmd->add_option("run_dir", report_dir, "Run directory (run.out_dir)")->required();
+  report_cmd->add_flag("--json", report_json, "Print one JSON object instead of text");
 
   BenchCommand bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Micro-benchmarks");
@@ -65,6 +72,7 @@ int main(int argc, char** argv) {
     if (*train_cmd) return run_train(config_path, overrides, argc, argv);
     if (*prep_cmd) return run_prepare(prep_in, prep_out);
     if (*bench_cmd) return run_bench(bench, argc, argv);
+    if (*report_cmd) return run_report(report_dir, report_json);
   } catch (const InputError& e) {
     std::fprintf(stderr, "ringstep: error: %s\n", e.what());
     return kExitBadInput;

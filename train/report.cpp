@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -39,15 +40,6 @@ struct StepRecord {
   double model_gflops = 0, mfu = 0;
   uint64_t params = 0, grads = 0, optimizer = 0, activations_peak = 0;
 };
-
-// Linear interpolation between order statistics (numpy's default).
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * double(v.size() - 1);
-  const size_t lo = size_t(pos), hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
-}
 
 double number_at(const json& obj, const char* key, const std::string& where, const char* path) {
   auto it = obj.find(key);
@@ -146,8 +138,9 @@ std::vector<StepRecord> read_steps(const std::string& path, std::vector<std::str
 
 json read_summary(const std::string& path, std::vector<std::string>& warnings) {
   if (!fs::exists(path)) {
-    warnings.push_back(path + " not found (run unfinished?): every number is computed from "
-                              "steps.jsonl");
+    warnings.push_back(path +
+                       " not found (run unfinished?): every number is computed from "
+                       "steps.jsonl");
     return json::object();
   }
   std::ifstream in(path, std::ios::binary);
@@ -198,26 +191,27 @@ void compute_step_stats(const std::vector<StepRecord>& steady, ReportData& r) {
 // Throughput and MFU at the p50 step. A record's model_gflops x step time is the model
 // FLOPs of one step on one rank; the peak comes from summary.json, else from the records
 // (model_gflops / mfu).
-void compute_throughput(const std::vector<StepRecord>& steady, const json& summary,
-                        ReportData& r) {
-  r.tokens_per_step = percentile(collect(steady, [](const StepRecord& s) { return s.tokens; }), 0.5);
+void compute_throughput(const std::vector<StepRecord>& steady, const json& summary, ReportData& r) {
+  r.tokens_per_step =
+      percentile(collect(steady, [](const StepRecord& s) { return s.tokens; }), 0.5);
   if (r.step_ms_p50 <= 0) return;
   r.tokens_per_s = r.tokens_per_step / (r.step_ms_p50 / 1e3);
-  const double gflop_per_step = percentile(collect(steady, [](const StepRecord& s) {
-                                             return s.model_gflops > 0
-                                                        ? s.model_gflops * s.t.step / 1e3
-                                                        : kNaN;
-                                           }),
-                                           0.5);
+  const double gflop_per_step =
+      percentile(collect(steady,
+                         [](const StepRecord& s) {
+                           return s.model_gflops > 0 ? s.model_gflops * s.t.step / 1e3 : kNaN;
+                         }),
+                 0.5);
   r.model_gflops = gflop_per_step / (r.step_ms_p50 / 1e3);
   r.peak_gflops = number_or(summary, "peak_gflops", 0);
   if (r.peak_gflops <= 0)
-    r.peak_gflops = percentile(collect(steady, [](const StepRecord& s) {
-                                 return s.mfu > 0 ? s.model_gflops / s.mfu : kNaN;
-                               }),
-                               0.5);
+    r.peak_gflops = percentile(
+        collect(steady,
+                [](const StepRecord& s) { return s.mfu > 0 ? s.model_gflops / s.mfu : kNaN; }),
+        0.5);
   r.mfu = r.peak_gflops > 0 ? r.model_gflops / r.peak_gflops : 0;
-  if (r.peak_gflops <= 0) r.warnings.push_back("no peak GFLOP/s in summary.json or the step records: MFU unknown");
+  if (r.peak_gflops <= 0)
+    r.warnings.push_back("no peak GFLOP/s in summary.json or the step records: MFU unknown");
 }
 
 void compute_ranks(const std::vector<StepRecord>& steady, ReportData& r) {
@@ -256,8 +250,8 @@ void compute_loss_and_memory(const std::vector<StepRecord>& recs, const json& su
   r.params_bytes = last.params, r.grads_bytes = last.grads, r.optimizer_bytes = last.optimizer;
   for (const StepRecord& s : recs)
     r.activations_peak_bytes = std::max(r.activations_peak_bytes, s.activations_peak);
-  r.activations_peak_bytes = std::max(
-      r.activations_peak_bytes, uint64_t(number_or(summary, "activations_peak_bytes", 0)));
+  r.activations_peak_bytes =
+      std::max(r.activations_peak_bytes, uint64_t(number_or(summary, "activations_peak_bytes", 0)));
 }
 
 std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
@@ -293,8 +287,9 @@ void run_rules(ReportData& r) {
     r.findings.push_back({id, std::move(evidence), std::move(advice)});
   };
   if (r.pct.comm_exposed > kExposedCommPct) {
-    std::string advice = "try `optimizer.name: onebit_adam` (1-bit compressed momentum after "
-                         "the freeze step), a larger `comm.bucket_mb`";
+    std::string advice =
+        "try `optimizer.name: onebit_adam` (1-bit compressed momentum after "
+        "the freeze step), a larger `comm.bucket_mb`";
     if (cfg) advice += fmt(" (now %g)", cfg->comm.bucket_mb);
     advice += ", `comm.overlap: true`";
     if (cfg) advice += cfg->comm.overlap ? " (already on)" : " (now off)";
@@ -310,15 +305,15 @@ void run_rules(ReportData& r) {
     std::string advice = "turn on `recompute.policy: full` or `selective`";
     if (cfg) advice += " (now " + cfg->recompute.policy + ")";
     advice += ", or a smaller `train.micro_batch` with more `train.grad_accum_steps`";
-    if (cfg && cfg->train.micro_batch > 1)
+    if (cfg && cfg->train.micro_batch % 2 == 0)
       advice += fmt(" (%g x %g in place of %g x %g: same global batch)",
-                    cfg->train.micro_batch / 2, cfg->train.grad_accum_steps * 2.0,
+                    cfg->train.micro_batch / 2.0, cfg->train.grad_accum_steps * 2.0,
                     cfg->train.micro_batch, cfg->train.grad_accum_steps);
     fire("activation_memory",
          "activation peak " + mib(double(r.activations_peak_bytes)) + " = " +
-             fmt("%.1f%%", 100 * double(r.activations_peak_bytes) / r.memory_limit_bytes) +
-             " of " + mib(r.memory_limit_bytes) + fmt(" (physical RAM / %g ranks) > %.0f%%",
-                                                       r.world, 100 * kActivationFrac),
+             fmt("%.1f%%", 100 * double(r.activations_peak_bytes) / r.memory_limit_bytes) + " of " +
+             mib(r.memory_limit_bytes) +
+             fmt(" (physical RAM / world %g) > %.0f%%", r.world, 100 * kActivationFrac),
          advice);
   }
   if (r.step_ms_p50 > 0 && r.step_ms_p90 / r.step_ms_p50 > kSpreadRatio)
@@ -351,20 +346,29 @@ void run_rules(ReportData& r) {
          "the input pipeline is on the critical path: tokenize ahead (`ringstep prepare`), "
          "read from a local disk, or prefetch the next batch");
   if (r.skipped_pct > kSkippedPct) {
-    std::string advice = "the loss scale overflows too often: a lower "
-                         "`precision.loss_scale.initial`, a longer `growth_interval`";
+    std::string advice =
+        "the loss scale overflows too often: a lower "
+        "`precision.loss_scale.initial`, a longer `growth_interval`";
     if (cfg)
       advice += fmt(" (now %g and %g)", cfg->precision.loss_scale.initial,
                     cfg->precision.loss_scale.growth_interval);
     advice += ", or bf16 (no loss scaling needed)";
     fire("loss_scale",
-         fmt("%g of %g steps skipped (%.1f%%) > %.0f%%", r.skipped_steps, r.steps,
-             r.skipped_pct, kSkippedPct),
+         fmt("%g of %g steps skipped (%.1f%%) > %.0f%%", r.skipped_steps, r.steps, r.skipped_pct,
+             kSkippedPct),
          advice);
   }
 }
 
 }  // namespace
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * double(v.size() - 1);
+  const size_t lo = size_t(pos), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
+}
 
 int warmup_steps_excluded(int steps) {
   return std::max(0, std::min(std::max(1, std::min(5, steps / 10)), steps - 1));
@@ -405,6 +409,8 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
   r.warmup_excluded = warmup_steps_excluded(r.steps);
   const std::vector<StepRecord> steady(recs.begin() + r.warmup_excluded, recs.end());
   r.steady_steps = int(steady.size());
+  r.first_steady_step = steady.front().step;
+  r.last_step = recs.back().step;
   r.world = int(number_or(summary, "world", std::max(1, recs.back().ranks_world)));
   r.threads = int(number_or(summary, "threads", r.has_config ? r.config.run.threads : 0));
 

@@ -29,6 +29,8 @@ MachineInfo measure_machine(int threads);
 // Leading steps left out of the percentiles and the breakdown (page faults, cold caches):
 // max(1, min(5, steps/10)), but never all of them.
 int warmup_steps_excluded(int steps);
+// The Q-quantile (0..1) by linear interpolation between order statistics (numpy's default).
+double percentile(std::vector<double> v, double q);
 
 // Shares of the step, in % (0..100) of the summed step time of the steady steps.
 struct StepShares {
@@ -42,12 +44,12 @@ struct StepShares {
 struct RooflineRow {
   std::string name;
   int64_t m = 0, k = 0, n = 0;
-  int64_t count = 0;  // times it runs in one micro-batch forward
-  double flops = 0;   // 2MKN
-  double bytes = 0;   // 4(MK + KN + MN)
-  double intensity = 0;             // FLOP/byte
-  double attainable_gflops = 0;     // min(peak, intensity x bandwidth); 0 if bandwidth unknown
-  std::string bound;                // "compute" | "bandwidth" | "unknown"
+  int64_t count = 0;             // times it runs in one micro-batch forward
+  double flops = 0;              // 2MKN
+  double bytes = 0;              // 4(MK + KN + MN)
+  double intensity = 0;          // FLOP/byte
+  double attainable_gflops = 0;  // min(peak, intensity x bandwidth); 0 if bandwidth unknown
+  std::string bound;             // "compute" | "bandwidth" | "unknown"
 };
 
 // A fired diagnosis rule: its id (docs/logs.md), the numbers that fired it, what to try.
@@ -64,6 +66,7 @@ struct ReportData {
   int steps = 0;            // step records read
   int warmup_excluded = 0;  // leading records left out
   int steady_steps = 0;
+  int first_steady_step = 0, last_step = 0;  // their `step` numbers
   int world = 1;
   int threads = 0;  // per rank, 0 = unknown
 

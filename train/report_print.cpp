@@ -1,10 +1,10 @@
 // The two renderings of a ReportData (text for a person, one JSON object for a script) and
 // the `ringstep report` entry point.
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <nlohmann/json.hpp>
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -22,13 +22,16 @@ ojson positive(double x) { return x > 0 ? ojson(x) : ojson(nullptr); }
 class Text {
  public:
   void line(const char* f, ...) __attribute__((format(printf, 2, 3))) {
-    char buf[1024];
-    va_list ap;
+    va_list ap, again;
     va_start(ap, f);
-    std::vsnprintf(buf, sizeof buf, f, ap);
+    va_copy(again, ap);
+    const int n = std::vsnprintf(nullptr, 0, f, ap);
     va_end(ap);
-    s_ += buf;
-    s_ += '\n';
+    const size_t at = s_.size();
+    s_.resize(at + size_t(n) + 1);
+    std::vsnprintf(s_.data() + at, size_t(n) + 1, f, again);
+    va_end(again);
+    s_.back() = '\n';  // over the terminating NUL
   }
   std::string str() const { return s_; }
 
@@ -38,10 +41,14 @@ class Text {
 
 std::string count(double x) {
   char buf[32];
-  if (x >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", x / 1e9);
-  else if (x >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
-  else if (x >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", x);
+  if (x >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fG", x / 1e9);
+  else if (x >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
+  else if (x >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", x);
   return buf;
 }
 
@@ -67,10 +74,10 @@ void print_time(const ReportData& r, Text& t) {
     t.line("  comm in flight %4.1f%%   overlap %.1f%% (1 - exposed/comm)", p.comm, 100 * r.overlap);
   else
     t.line("  comm in flight %4.1f%%   overlap n/a (nothing communicated)", p.comm);
-  t.line("throughput   %s tokens/s at p50 (%.0f tokens/step) | model %.1f GFLOP/s/rank | peak "
-         "%.1f GFLOP/s/rank | MFU %.1f%%",
-         count(r.tokens_per_s).c_str(), r.tokens_per_step, r.model_gflops,
-         r.peak_gflops, 100 * r.mfu);
+  t.line(
+      "throughput   %s tokens/s at p50 (%.0f tokens/step) | model %.1f GFLOP/s/rank | peak "
+      "%.1f GFLOP/s/rank | MFU %.1f%%",
+      count(r.tokens_per_s).c_str(), r.tokens_per_step, r.model_gflops, r.peak_gflops, 100 * r.mfu);
   t.line("skipped      %d of %d steps (%.1f%%)", r.skipped_steps, r.steps, r.skipped_pct);
 }
 
@@ -91,14 +98,17 @@ void print_loss_memory_ranks(const ReportData& r, Text& t) {
   }
   t.line("%s", loss.c_str());
 
-  t.line("memory       params %.2f MiB | grads %.2f MiB | optimizer %.2f MiB | activations peak "
-         "%.2f MiB",
-         mib(double(r.params_bytes)), mib(double(r.grads_bytes)), mib(double(r.optimizer_bytes)),
-         mib(double(r.activations_peak_bytes)));
+  t.line(
+      "memory       params %.2f MiB | grads %.2f MiB | optimizer %.2f MiB | activations peak "
+      "%.2f MiB",
+      mib(double(r.params_bytes)), mib(double(r.grads_bytes)), mib(double(r.optimizer_bytes)),
+      mib(double(r.activations_peak_bytes)));
   if (r.activations_estimate_bytes > 0)
-    t.line("             Korthikanti et al. estimate for the %d blocks: %.2f MiB (the arena also "
-           "holds embeddings, logits and backward scratch)",
-           r.config.model.n_layers, mib(r.activations_estimate_bytes));
+    t.line(
+        "             Korthikanti et al. estimate for the %d blocks (%s, recompute %s): %.2f "
+        "MiB; the arena also holds embeddings, logits and backward scratch",
+        r.config.model.n_layers, r.config.precision.dtype.c_str(),
+        r.config.recompute.policy.c_str(), mib(r.activations_estimate_bytes));
   if (r.memory_limit_bytes > 0)
     t.line("             limit %.2f GiB/rank (physical RAM / %s): activations %.1f%% of it",
            r.memory_limit_bytes / 1073741824.0, plural(r.world, "rank").c_str(),
@@ -121,9 +131,10 @@ void print_loss_memory_ranks(const ReportData& r, Text& t) {
                   r.slowest_count[size_t(k)]);
     who += buf;
   }
-  t.line("ranks        %d; slowest: %s of %d steady steps | step max/median %.3f (median over "
-         "steps)",
-         r.world, who.c_str(), r.steady_steps, r.max_over_median);
+  t.line(
+      "ranks        %d; slowest: %s of %d steady steps | step max/median %.3f (median over "
+      "steps)",
+      r.world, who.c_str(), r.steady_steps, r.max_over_median);
 }
 
 void print_roofline(const ReportData& r, Text& t) {
@@ -135,10 +146,11 @@ void print_roofline(const ReportData& r, Text& t) {
   t.line("roofline     forward matrix products, fp32, N = micro_batch x seq_len = %lld rows",
          (long long)r.roofline_rows);
   if (r.machine_balance > 0) {
-    t.line("             peak %.1f GFLOP/s/rank / bandwidth %.1f GB/s (triad, 64 MiB arrays, "
-           "best of 5, %s on this machine) = balance %.1f FLOP/byte",
-           r.peak_gflops, m.mem_bandwidth_gbs, plural(m.bandwidth_threads, "thread").c_str(),
-           r.machine_balance);
+    t.line(
+        "             peak %.1f GFLOP/s/rank / bandwidth %.1f GB/s (triad, 64 MiB arrays, "
+        "best of 5, %s on this machine) = balance %.1f FLOP/byte",
+        r.peak_gflops, m.mem_bandwidth_gbs, plural(m.bandwidth_threads, "thread").c_str(),
+        r.machine_balance);
     t.line("             a product below the balance (FLOP/byte) is bandwidth-bound");
   } else {
     t.line("             machine balance unknown (no peak or no bandwidth measurement)");
@@ -172,11 +184,12 @@ void print_diagnosis(const ReportData& r, Text& t) {
 std::string report_text(const ReportData& r) {
   Text t;
   t.line("ringstep report: %s", r.run_dir.c_str());
-  t.line("  %s, %s x %s threads; steady state: steps %d..%d (the first %s excluded as "
-         "warm-up: max(1, min(5, steps/10)))",
-         plural(r.steps, "step").c_str(), plural(r.world, "rank").c_str(),
-         r.threads > 0 ? std::to_string(r.threads).c_str() : "?", r.warmup_excluded + 1, r.steps,
-         plural(r.warmup_excluded, "step").c_str());
+  t.line(
+      "  %s, %s x %s; steady state: steps %d..%d (the first %s excluded as "
+      "warm-up: max(1, min(5, steps/10)))",
+      plural(r.steps, "step").c_str(), plural(r.world, "rank").c_str(),
+      r.threads > 0 ? plural(r.threads, "thread").c_str() : "? threads", r.first_steady_step,
+      r.last_step, plural(r.warmup_excluded, "step").c_str());
   print_time(r, t);
   print_loss_memory_ranks(r, t);
   print_roofline(r, t);
@@ -193,10 +206,8 @@ std::string report_json(const ReportData& r) {
   j["steady_steps"] = r.steady_steps;
   j["world"] = r.world;
   j["threads"] = r.threads > 0 ? ojson(r.threads) : ojson(nullptr);
-  j["step_ms"] = {{"p50", r.step_ms_p50},
-                  {"p90", r.step_ms_p90},
-                  {"p99", r.step_ms_p99},
-                  {"spread", r.spread}};
+  j["step_ms"] = {
+      {"p50", r.step_ms_p50}, {"p90", r.step_ms_p90}, {"p99", r.step_ms_p99}, {"spread", r.spread}};
   j["breakdown_pct"] = {{"data", p.data},
                         {"forward", p.forward},
                         {"backward", p.backward},
@@ -228,12 +239,12 @@ std::string report_json(const ReportData& r) {
                  {"activations_peak_bytes", r.activations_peak_bytes},
                  {"activations_estimate_bytes", positive(r.activations_estimate_bytes)},
                  {"limit_bytes", positive(r.memory_limit_bytes)}};
-  j["machine"] = {{"mem_bandwidth_gbs", positive(r.machine.mem_bandwidth_gbs)},
-                  {"bandwidth_threads", r.machine.bandwidth_threads > 0
-                                            ? ojson(r.machine.bandwidth_threads)
-                                            : ojson(nullptr)},
-                  {"ram_bytes", positive(r.machine.ram_bytes)},
-                  {"balance_flop_per_byte", positive(r.machine_balance)}};
+  j["machine"] = {
+      {"mem_bandwidth_gbs", positive(r.machine.mem_bandwidth_gbs)},
+      {"bandwidth_threads",
+       r.machine.bandwidth_threads > 0 ? ojson(r.machine.bandwidth_threads) : ojson(nullptr)},
+      {"ram_bytes", positive(r.machine.ram_bytes)},
+      {"balance_flop_per_byte", positive(r.machine_balance)}};
   ojson products = ojson::array();
   for (const RooflineRow& row : r.roofline)
     products.push_back({{"name", row.name},
@@ -262,7 +273,8 @@ int run_report(const std::string& run_dir, bool json_out) {
   // the bandwidth measurement should match.
   const ReportData first = analyze(run_dir);
   const ReportData r = analyze(run_dir, measure_machine(first.threads));
-  for (const std::string& w : r.warnings) std::fprintf(stderr, "ringstep report: warning: %s\n", w.c_str());
+  for (const std::string& w : r.warnings)
+    std::fprintf(stderr, "ringstep report: warning: %s\n", w.c_str());
   const std::string out = json_out ? report_json(r) : report_text(r);
   std::fwrite(out.data(), 1, out.size(), stdout);
   std::fflush(stdout);

@@ -13,9 +13,9 @@ namespace ringstep {
 
 std::vector<RooflineRow> roofline(const ModelConfig& model, int micro_batch, double peak_gflops,
                                   double bandwidth_gbs) {
-  const int64_t N = int64_t(micro_batch) * model.seq_len, C = model.d_model,
-                T = model.seq_len, V = model.vocab_size, L = model.n_layers,
-                H = model.n_heads, hd = C / std::max(1, model.n_heads);
+  const int64_t N = int64_t(micro_batch) * model.seq_len, C = model.d_model, T = model.seq_len,
+                V = model.vocab_size, L = model.n_layers, H = model.n_heads,
+                hd = C / std::max(1, model.n_heads);
   // {name, M, K, N, runs per micro-batch forward}. Attention's two products are per
   // (sequence, head), shown as full T x T products; the causal kernel skips the query
   // blocks above the diagonal (core/cpu/ops_attention.cpp), which cuts FLOPs and bytes
@@ -67,8 +67,8 @@ MachineInfo measure_machine(int threads) {
     const float *pb = b.data(), *pc = c.data();
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (size_t i = 0; i < n; ++i) pa[i] = pb[i] + 3.0f * pc[i];
-    best_s = std::min(
-        best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best_s = std::min(best_s,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   volatile float sink = a[n / 2];  // the stores are observed: the loop cannot be dropped
   (void)sink;

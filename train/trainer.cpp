@@ -21,21 +21,13 @@
 #include "optim/schedule.h"
 #include "train/data.h"
 #include "train/grad_sync.h"
+#include "train/report.h"
 #include "train/run_dir.h"
 
 namespace ringstep {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * double(v.size() - 1);
-  const size_t lo = size_t(pos);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
-}
 
 std::string human_count(double x) {
   char buf[32];
@@ -95,7 +87,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   set_compute_threads(threads);
   const double peak_gflops = cfg.profile.peak_gflops > 0
                                  ? cfg.profile.peak_gflops
-                                 : measure_sgemm_gflops(1024, 5, threads) * threads;
+                                 : measure_sgemm_gflops(2048, 5, threads) * threads;
 
   Gpt model(mc);
   model.init(cfg.run.seed);
@@ -277,7 +269,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   if (lead) {
     // Steady state: the first steps (page faults, warm caches) are left out of the
     // percentiles when the run is long enough.
-    const size_t warm = step_ms_all.size() > 10 ? std::min<size_t>(5, step_ms_all.size() / 10) : 0;
+    const size_t warm = size_t(warmup_steps_excluded(int(step_ms_all.size())));
     std::vector<double> steady(step_ms_all.begin() + warm, step_ms_all.end());
     const double p50 = percentile(steady, 0.5);
     const double tok_s = tokens_per_step / (p50 / 1e3);

@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
 
@@ -36,8 +36,8 @@ constexpr double kEps = 1e-9;
 MachineInfo BigMachine() { return {5.0, 1, 64.0 * 1024 * kMiB}; }
 
 fs::path Scratch(const std::string& name) {
-  fs::path p = fs::temp_directory_path() /
-               ("ringstep_report_" + name + "_" + std::to_string(::getpid()));
+  fs::path p =
+      fs::temp_directory_path() / ("ringstep_report_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   return p;
 }
@@ -86,6 +86,8 @@ TEST(Report, HealthyFixtureHandComputedNumbers) {
   EXPECT_EQ(r.steps, 20);
   EXPECT_EQ(r.warmup_excluded, 2);
   EXPECT_EQ(r.steady_steps, 18);
+  EXPECT_EQ(r.first_steady_step, 3);
+  EXPECT_EQ(r.last_step, 20);
   EXPECT_EQ(r.world, 1);
   EXPECT_EQ(r.threads, 1);
   // 100..117 ms: numpy-style percentiles at positions 8.5, 15.3 and 16.83.
