@@ -1,5 +1,7 @@
 #include "core/arena.h"
 
+#include "core/aligned_alloc.h"
+
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -8,11 +10,10 @@
 namespace ringstep {
 
 Arena::Arena(size_t capacity_bytes) : capacity_((capacity_bytes + 63) / 64 * 64) {
-  base_ = static_cast<char*>(std::aligned_alloc(64, capacity_ ? capacity_ : 64));
-  if (!base_) throw std::bad_alloc();
+  base_ = static_cast<char*>(allocate_buffer(capacity_));
 }
 
-Arena::~Arena() { std::free(base_); }
+Arena::~Arena() { release_buffer(base_); }
 
 void* Arena::alloc_bytes(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;

@@ -1,5 +1,7 @@
 #include "core/registry.h"
 
+#include "core/aligned_alloc.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -31,11 +33,7 @@ size_t Registry::param_count() const {
 }
 
 FlatBuffer::FlatBuffer(size_t n) : n_(n) {
-  size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-  if (bytes == 0) bytes = 64;
-  data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
-  if (!data_) throw std::bad_alloc();
-  std::memset(data_, 0, bytes);
+  data_ = static_cast<float*>(allocate_buffer(n * sizeof(float)));
 }
 
 FlatBuffer::FlatBuffer(FlatBuffer&& o) noexcept : data_(o.data_), n_(o.n_) {
@@ -45,7 +43,7 @@ FlatBuffer::FlatBuffer(FlatBuffer&& o) noexcept : data_(o.data_), n_(o.n_) {
 
 FlatBuffer& FlatBuffer::operator=(FlatBuffer&& o) noexcept {
   if (this != &o) {
-    std::free(data_);
+    release_buffer(data_);
     data_ = o.data_;
     n_ = o.n_;
     o.data_ = nullptr;
@@ -54,7 +52,7 @@ FlatBuffer& FlatBuffer::operator=(FlatBuffer&& o) noexcept {
   return *this;
 }
 
-FlatBuffer::~FlatBuffer() { std::free(data_); }
+FlatBuffer::~FlatBuffer() { release_buffer(data_); }
 
 void FlatBuffer::zero() {
   if (n_) std::memset(data_, 0, n_ * sizeof(float));
