@@ -9,6 +9,7 @@
 // order, so results do not depend on the thread count; row-parallel loops write disjoint
 // rows.
 #include "core/cpu/ops.h"
+#include "core/cpu/eigen_maps.h"
 
 // GCC 12 reports its own _mm512_undefined_* intrinsics (inlined through Eigen's AVX-512
 // packets) as maybe-uninitialized; a known false positive (GCC bug 105593).
@@ -20,17 +21,6 @@
 
 namespace ringstep::cpu {
 namespace {
-
-template <typename T>
-using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using MatrixMap = Eigen::Map<RowMatrix<T>>;
-template <typename T>
-using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
-template <typename T>
-using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <typename T>
-using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 // Below this many elements an OpenMP fork/join costs about as much as it saves.
 constexpr size_t kParallelMinElems = size_t{1} << 15;

@@ -11,6 +11,7 @@
 // the result does not depend on the thread count. Inside that loop each GEMM runs on one
 // BLAS thread (see OneBlasThread).
 #include "core/cpu/ops.h"
+#include "core/cpu/eigen_maps.h"
 
 // GCC 12 reports its own _mm512_undefined_* intrinsics (inlined through Eigen's AVX-512
 // packets) as maybe-uninitialized; a known false positive (GCC bug 105593).
@@ -33,16 +34,6 @@ extern "C" void openblas_set_num_threads(int num_threads);
 namespace ringstep::cpu {
 namespace {
 
-template <typename T>
-using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using MatrixMap = Eigen::Map<RowMatrix<T>>;
-template <typename T>
-using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
-template <typename T>
-using StridedMap = Eigen::Map<RowMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-template <typename T>
-using ConstStridedMap = Eigen::Map<const RowMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
 template <typename T>
 using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
