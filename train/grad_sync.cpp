@@ -37,6 +37,7 @@ GradSync::GradSync(Communicator* comm, const CommConfig& cfg) : comm_(comm), cfg
     rank_ = comm_->rank();
     world_ = comm_->size();
   }
+  if (world_ > 1) engine_ = std::make_unique<CommEngine>(*comm_);
 }
 
 GradSync::~GradSync() = default;
@@ -58,10 +59,10 @@ void GradSync::setup(Gpt& model) {
   buckets_ = make_buckets(units, size_t(cfg_.bucket_mb * 1024 * 1024));
   bucket_of_unit_.assign(units.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b)
-    for (int u = buckets_[b].first_unit; u <= buckets_[b].last_unit; ++u) bucket_of_unit_[u] = int(b);
+    for (int u = buckets_[b].first_unit; u <= buckets_[b].last_unit; ++u)
+      bucket_of_unit_[u] = int(b);
   pending_.clear();
   for (size_t b = 0; b < buckets_.size(); ++b) pending_.push_back(std::make_unique<Pending>());
-  if (world_ > 1) engine_ = std::make_unique<CommEngine>(*comm_);
 }
 
 void GradSync::enqueue_bucket(size_t b) {
@@ -110,15 +111,16 @@ GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {
   StepView v;
   v.mean_loss = loss;
   v.slowest = local;
-  const double fields[] = {local.step, local.data,      local.forward,      local.backward,
-                           local.recompute, local.optimizer, local.comm, local.comm_exposed,
-                           local.other, double(loss)};
+  const double fields[] = {local.step,      local.data,      local.forward, local.backward,
+                           local.recompute, local.optimizer, local.comm,    local.comm_exposed,
+                           local.other,     double(loss)};
   constexpr size_t kFields = sizeof(fields) / sizeof(double);
   std::vector<double> all(kFields * world_);
   std::memcpy(all.data() + kFields * rank_, fields, sizeof(fields));
   if (world_ > 1) {
-    engine_->enqueue({"allgather_bytes", 1u << 20, kFields * world_ * sizeof(double), DType::f32},
-                     [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(fields)); })
+    engine_
+        ->enqueue({"allgather_bytes", 1u << 20, kFields * world_ * sizeof(double), DType::f32},
+                  [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(fields)); })
         .wait();
     engine_->drain_spans();  // bookkeeping traffic, not gradient communication
   }
@@ -135,13 +137,33 @@ GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {
   v.mean_loss = float(loss_sum / world_);
   std::vector<double> sorted = steps;
   std::sort(sorted.begin(), sorted.end());
-  const double median = world_ % 2 ? sorted[world_ / 2]
-                                   : 0.5 * (sorted[world_ / 2 - 1] + sorted[world_ / 2]);
+  const double median =
+      world_ % 2 ? sorted[world_ / 2] : 0.5 * (sorted[world_ / 2 - 1] + sorted[world_ / 2]);
   v.ranks = {{"world", world_},
              {"step_ms_min", sorted.front()},
              {"step_ms_median", median},
              {"step_ms_max", sorted.back()},
              {"slowest", slowest}};
+  // Step times agree across ranks (everyone waits for the slowest inside the reduction);
+  // the busy time, step - comm_exposed, is what tells a straggler.
+  std::vector<double> busy(world_);
+  for (int r = 0; r < world_; ++r) busy[r] = all[kFields * r] - all[kFields * r + 7];
+  std::vector<double> busy_sorted = busy;
+  std::sort(busy_sorted.begin(), busy_sorted.end());
+  const double busy_median =
+      busy_sorted[(world_ - 1) / 2];  // lower median: with 2 ranks, the faster
+  straggler_streak_.resize(world_, 0);
+  int straggler = -1;
+  for (int r = 0; r < world_; ++r) {
+    straggler_streak_[r] = busy[r] >= kStragglerRatio * busy_median ? straggler_streak_[r] + 1 : 0;
+    if (straggler_streak_[r] >= kStragglerSteps && (straggler < 0 || busy[r] > busy[straggler]))
+      straggler = r;
+  }
+  v.ranks["busy_ms_median"] = busy_median;
+  v.ranks["busy_ms_max"] = busy_sorted.back();
+  v.ranks["straggler"] = straggler >= 0 ? nlohmann::ordered_json(straggler) : nullptr;
+  v.straggler = straggler;
+  v.straggler_ratio = straggler >= 0 && busy_median > 0 ? busy[straggler] / busy_median : 0;
   return v;
 }
 
@@ -153,16 +175,17 @@ void GradSync::check_replicas(const float* params, size_t n, int step) {
   for (size_t i = 0; i < n * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
   std::vector<uint64_t> all(world_);
   all[rank_] = h;
-  engine_->enqueue({"allgather_bytes", (1u << 20) + 1, world_ * sizeof(uint64_t), DType::f32},
-                   [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(uint64_t)); })
+  engine_
+      ->enqueue({"allgather_bytes", (1u << 20) + 1, world_ * sizeof(uint64_t), DType::f32},
+                [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(uint64_t)); })
       .wait();
   engine_->drain_spans();
   std::string bad;
   for (int r = 1; r < world_; ++r)
     if (all[r] != all[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
   if (!bad.empty())
-    throw CommError("replicas diverged at step " + std::to_string(step) + ": parameters of rank(s) " +
-                    bad + " differ from rank 0's");
+    throw CommError("replicas diverged at step " + std::to_string(step) +
+                    ": parameters of rank(s) " + bad + " differ from rank 0's");
 }
 
 }  // namespace ringstep

@@ -25,7 +25,7 @@ class CommEngine;
 class Gpt;
 
 struct Bucket {
-  size_t begin = 0, end = 0;  // element range of the flat gradient buffer
+  size_t begin = 0, end = 0;          // element range of the flat gradient buffer
   int first_unit = 0, last_unit = 0;  // units (in backward order) it holds
 };
 
@@ -37,9 +37,9 @@ std::vector<Bucket> make_buckets(const std::vector<std::pair<size_t, size_t>>& u
 class GradSync {
  public:
   struct Result {
-    double comm_ms = 0;     // time collectives were in flight (union of their spans)
-    double exposed_ms = 0;  // time the training thread waited on them
-    size_t bytes = 0;       // payload bytes reduced this step on this rank
+    double comm_ms = 0;           // time collectives were in flight (union of their spans)
+    double exposed_ms = 0;        // time the training thread waited on them
+    size_t bytes = 0;             // payload bytes reduced this step on this rank
     std::vector<CommSpan> spans;  // the step's gradient collectives, for the trace
   };
   // What rank 0 learns about a step from every rank.
@@ -47,7 +47,11 @@ class GradSync {
     float mean_loss = 0;
     PhaseTimes slowest;  // the phases of the slowest rank
     nlohmann::ordered_json ranks;
+    int straggler = -1;          // a rank whose busy time (step - comm_exposed) was >= 10%
+    double straggler_ratio = 0;  // above the median for 3 steps in a row, and by how much
   };
+  static constexpr double kStragglerRatio = 1.10;
+  static constexpr int kStragglerSteps = 3;
 
   GradSync(Communicator* comm, const CommConfig& cfg);
   ~GradSync();
@@ -77,7 +81,7 @@ class GradSync {
   std::vector<int> bucket_of_unit_;
   struct Pending;
   std::vector<std::unique_ptr<Pending>> pending_;
-  size_t next_bucket_ = 0;
+  std::vector<int> straggler_streak_;  // consecutive steps each rank was >= 10% over median
 };
 
 }  // namespace ringstep

@@ -31,10 +31,14 @@ using json = nlohmann::ordered_json;
 
 std::string human_count(double x) {
   char buf[32];
-  if (x >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", x / 1e9);
-  else if (x >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
-  else if (x >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", x);
+  if (x >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fG", x / 1e9);
+  else if (x >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
+  else if (x >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", x);
   return buf;
 }
 
@@ -72,15 +76,17 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   std::string trace_note;
   if (!window.empty() && window[0] > cfg.train.steps) {
     trace_note = "profile.trace_steps [" + std::to_string(window[0]) + ", " +
-                 std::to_string(window[1]) + "] lies outside the run (train.steps = " +
-                 std::to_string(cfg.train.steps) + "): no trace will be written";
+                 std::to_string(window[1]) +
+                 "] lies outside the run (train.steps = " + std::to_string(cfg.train.steps) +
+                 "): no trace will be written";
     window.clear();
   } else if (!window.empty() && window[1] > cfg.train.steps) {
     window[1] = cfg.train.steps;
   }
   std::unique_ptr<DataSource> data = make_data_source(cfg, "train", rank, world);
-  Evaluator eval{make_data_source(cfg, "val", rank, world), std::max(1, cfg.train.eval_batches),
-                 B, T, std::vector<int32_t>(size_t(B) * T), std::vector<int32_t>(size_t(B) * T)};
+  Evaluator eval{
+      make_data_source(cfg, "val", rank, world), std::max(1, cfg.train.eval_batches), B, T,
+      std::vector<int32_t>(size_t(B) * T),       std::vector<int32_t>(size_t(B) * T)};
   const DataInfo info = data_info(cfg);
 
   const int threads = resolve_threads(cfg.run.threads, local_rank_count());
@@ -91,10 +97,10 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
 
   Gpt model(mc);
   model.init(cfg.run.seed);
-  AdamW opt(model.registry(), {cfg.optimizer.betas[0], cfg.optimizer.betas[1],
-                               cfg.optimizer.eps, cfg.train.weight_decay});
-  LrSchedule sched{cfg.train.schedule, cfg.train.lr, cfg.train.min_lr_ratio,
-                   cfg.train.warmup_steps, cfg.train.steps};
+  AdamW opt(model.registry(), {cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
+                               cfg.train.weight_decay});
+  LrSchedule sched{cfg.train.schedule, cfg.train.lr, cfg.train.min_lr_ratio, cfg.train.warmup_steps,
+                   cfg.train.steps};
   Arena arena(model.arena_bytes(B, T) + 4096);
   sync.setup(model);
   if (world > 1) sync.check_replicas(model.params().data(), model.params().size(), 0);
@@ -111,27 +117,33 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   if (lead) {
     std::printf("ringstep train: %s (config %s)\n", cfg.run.name.c_str(),
                 cfg.source_path.empty() ? "defaults" : cfg.source_path.c_str());
-    std::printf("  model      GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %s params "
-                "(%s without position embeddings)\n",
-                mc.n_layers, mc.d_model, mc.n_heads, mc.seq_len, mc.vocab_size,
-                human_count(double(model.param_count())).c_str(),
-                human_count(double(model.flops_param_count())).c_str());
-    std::printf("  flops      %.3f MFLOP/token model (6N + 6LCT: causal attention counted once, "
-                "N without position embeddings)\n", flops_per_token / 1e6);
+    std::printf(
+        "  model      GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %s params "
+        "(%s without position embeddings)\n",
+        mc.n_layers, mc.d_model, mc.n_heads, mc.seq_len, mc.vocab_size,
+        human_count(double(model.param_count())).c_str(),
+        human_count(double(model.flops_param_count())).c_str());
+    std::printf(
+        "  flops      %.3f MFLOP/token model (6N + 6LCT: causal attention counted once, "
+        "N without position embeddings)\n",
+        flops_per_token / 1e6);
     if (std::isnan(info.entropy_rate))
       std::printf("  data       %s\n", data->describe().c_str());
     else
-      std::printf("  data       %s\n             entropy rate %.4f nats/token, floor for a "
-                  "%d-token window %.4f nats/token\n",
-                  data->describe().c_str(), info.entropy_rate, T, info.window_floor);
+      std::printf(
+          "  data       %s\n             entropy rate %.4f nats/token, floor for a "
+          "%d-token window %.4f nats/token\n",
+          data->describe().c_str(), info.entropy_rate, T, info.window_floor);
     std::printf("  batch      %d micro x %d accum x %d ranks = %d sequences = %.0f tokens/step\n",
                 B, accum, world, B * accum * world, tokens_per_step);
-    std::printf("  compute    %d ranks, %d threads/rank, %s, peak %.1f GFLOP/s/rank (%s)\n",
-                world, threads, blas_description().c_str(), peak_gflops,
+    std::printf("  compute    %d ranks, %d threads/rank, %s, peak %.1f GFLOP/s/rank (%s)\n", world,
+                threads, blas_description().c_str(), peak_gflops,
                 cfg.profile.peak_gflops > 0 ? "from config" : "measured: 1-thread SGEMM x threads");
-    std::printf("  memory     params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, activation arena "
-                "%.2f MiB\n", param_bytes / 1048576.0, param_bytes / 1048576.0,
-                opt.state_bytes() / 1048576.0, arena.capacity_bytes() / 1048576.0);
+    std::printf(
+        "  memory     params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, activation arena "
+        "%.2f MiB\n",
+        param_bytes / 1048576.0, param_bytes / 1048576.0, opt.state_bytes() / 1048576.0,
+        arena.capacity_bytes() / 1048576.0);
     if (world > 1) {
       std::printf("  comm       %s AllReduce over %s, %zu buckets of <= %.1f MiB, overlap %s\n",
                   cfg.comm.allreduce.c_str(), cfg.comm.backend.c_str(), sync.buckets().size(),
@@ -161,8 +173,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     auto phase = [&](double& field, const char* name, SteadyClock::time_point t0) {
       const auto t1 = SteadyClock::now();
       field += std::chrono::duration<double, std::milli>(t1 - t0).count();
-      if (traced)
-        trace.span(Lane::compute, name, to_ns(t0), to_ns(t1), step + 1);
+      if (traced) trace.span(Lane::compute, name, to_ns(t0), to_ns(t1), step + 1);
     };
     const auto t_step = SteadyClock::now();
     model.grads().zero();
@@ -255,11 +266,15 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       if ((step + 1) % cfg.profile.log_every == 0 || step + 1 == cfg.train.steps) {
         std::printf("step %d/%d | loss %.4f", step + 1, cfg.train.steps, loss);
         if (do_eval) std::printf(" | val %.4f", last_val);
-        std::printf(" | lr %.2e | gnorm %.3f | %.1f ms (data %.1f fwd %.1f bwd %.1f opt %.1f "
-                    "comm %.1f exposed %.1f) | %s tok/s | %.1f GFLOP/s | MFU %.1f%% | act %.1f MiB\n",
-                    lr, norm, slow.step, slow.data, slow.forward, slow.backward, slow.optimizer,
-                    slow.comm, slow.comm_exposed, human_count(tok_s).c_str(), gflops, 100 * mfu,
-                    arena.peak_bytes() / 1048576.0);
+        std::printf(
+            " | lr %.2e | gnorm %.3f | %.1f ms (data %.1f fwd %.1f bwd %.1f opt %.1f "
+            "comm %.1f exposed %.1f) | %s tok/s | %.1f GFLOP/s | MFU %.1f%% | act %.1f MiB\n",
+            lr, norm, slow.step, slow.data, slow.forward, slow.backward, slow.optimizer, slow.comm,
+            slow.comm_exposed, human_count(tok_s).c_str(), gflops, 100 * mfu,
+            arena.peak_bytes() / 1048576.0);
+        if (view.straggler >= 0)
+          std::printf("  straggler: rank %d busy %.0f%% above the median for %d+ steps in a row\n",
+                      view.straggler, 100 * (view.straggler_ratio - 1), GradSync::kStragglerSteps);
         std::fflush(stdout);
       }
     }
@@ -269,9 +284,8 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   // This machine's speed drifts (shared host): the peak is measured again after the run
   // and the summary's MFU divides by the larger of the two, so it is never flattered by a
   // slow moment at start-up.
-  const double peak_end = cfg.profile.peak_gflops > 0
-                              ? peak_gflops
-                              : measure_sgemm_gflops(2048, 5, threads) * threads;
+  const double peak_end =
+      cfg.profile.peak_gflops > 0 ? peak_gflops : measure_sgemm_gflops(2048, 5, threads) * threads;
   const double peak_best = std::max(peak_gflops, peak_end);
   if (lead) {
     // Steady state: the first steps (page faults, warm caches) are left out of the
@@ -306,9 +320,11 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     if (!std::isnan(info.window_floor))
       std::printf(" | floor %.4f (gap %.4f nats)", info.window_floor,
                   out.final_val_loss - info.window_floor);
-    std::printf(" | step p50 %.1f ms | %s tok/s | MFU %.1f%% (peak %.1f GFLOP/s: %.1f at start, "
-                "%.1f at end)\n", p50, human_count(tok_s).c_str(), 100.0 * double(sum["mfu"]),
-                peak_best, peak_gflops, peak_end);
+    std::printf(
+        " | step p50 %.1f ms | %s tok/s | MFU %.1f%% (peak %.1f GFLOP/s: %.1f at start, "
+        "%.1f at end)\n",
+        p50, human_count(tok_s).c_str(), 100.0 * double(sum["mfu"]), peak_best, peak_gflops,
+        peak_end);
     std::printf("  wrote %s/{config.yaml,steps.jsonl,summary.json}\n", cfg.run.out_dir.c_str());
   }
   return out;

@@ -142,6 +142,25 @@ TEST(DataParallel, DivergedReplicaIsNamed) {
   }
 }
 
+TEST(DataParallel, StragglerIsNamedAfterThreeSlowSteps) {
+  // Every rank's step is 100 ms (they wait for each other); the last rank is busy 80 ms of
+  // it while the others are busy 50 ms and wait 50 ms: it is the straggler.
+  GradSync sync(&world(), CommConfig{});
+  const int last = world().size() - 1;
+  for (int step = 1; step <= 3; ++step) {
+    PhaseTimes pt;
+    pt.step = 100;
+    pt.comm_exposed = world().rank() == last ? 20 : 50;
+    GradSync::StepView v = sync.agree(1.0f, pt);
+    EXPECT_EQ(v.straggler, step < 3 ? -1 : last) << "step " << step;
+    if (step == 3) EXPECT_NEAR(v.straggler_ratio, 80.0 / 50.0, 1e-12);
+  }
+  PhaseTimes even;
+  even.step = 100;
+  even.comm_exposed = 50;
+  EXPECT_EQ(sync.agree(1.0f, even).straggler, -1);  // one even step ends the streak
+}
+
 }  // namespace
 }  // namespace ringstep
 
