@@ -56,6 +56,8 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
   ExpectBadInput("train " + Tiny() + run + " --set train.steps=abc", "train.steps", dir);
   ExpectBadInput("train " + Tiny() + run + " --set model.n_heads=3", "n_heads", dir);
   ExpectBadInput("train " + Tiny() + run + " --set train.global_batch=7", "global_batch", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set precision.dtype=bf16", "not implemented yet",
+                 dir);
   ExpectBadInput("train " + Tiny() + run + " --set data.source=file --set data.path=" +
                      (dir / "none.bin").string(),
                  "none.bin", dir);
