@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 
 namespace ringstep {
 
@@ -28,6 +29,46 @@ struct PhaseTimes {
     other = step - (data + forward + backward + optimizer + comm_exposed);
     if (other < 0) other = 0;
   }
+};
+
+// Attributes one step's wall time to its phases. The clock is injectable so tests can drive
+// it; a disabled timer reads no clock at all (profile.enabled: false costs nothing) and
+// leaves every field 0.
+class StepTimer {
+ public:
+  using NowNs = std::function<int64_t()>;
+  explicit StepTimer(bool enabled, NowNs now_ns = steady_now_ns)
+      : enabled_(enabled), now_(std::move(now_ns)) {}
+  bool enabled() const { return enabled_; }
+  void begin_step() {
+    times_ = {};
+    step_start_ = mark();
+  }
+  int64_t mark() const { return enabled_ ? now_() : 0; }
+  // Adds [t0, now) to FIELD and returns now (0 when disabled).
+  int64_t add(double PhaseTimes::*field, int64_t t0) {
+    if (!enabled_) return 0;
+    const int64_t t1 = now_();
+    times_.*field += double(t1 - t0) / 1e6;
+    return t1;
+  }
+  // Closes the step: comm numbers come from the comm engine's own spans and waits.
+  const PhaseTimes& end_step(double comm_ms, double comm_exposed_ms) {
+    if (enabled_) {
+      times_.step = double(now_() - step_start_) / 1e6;
+      times_.comm = comm_ms;
+      times_.comm_exposed = comm_exposed_ms;
+      times_.close();
+    }
+    return times_;
+  }
+  const PhaseTimes& times() const { return times_; }
+
+ private:
+  bool enabled_;
+  NowNs now_;
+  PhaseTimes times_;
+  int64_t step_start_ = 0;
 };
 
 }  // namespace ringstep

@@ -144,6 +144,19 @@ GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {
              {"step_ms_median", median},
              {"step_ms_max", sorted.back()},
              {"slowest", slowest}};
+  // Per phase, across ranks: where a slow rank loses its time.
+  const char* names[] = {"step",      "data", "forward",      "backward", "recompute",
+                         "optimizer", "comm", "comm_exposed", "other"};
+  nlohmann::ordered_json phases;
+  for (size_t f = 1; f < 9; ++f) {
+    std::vector<double> vals(world_);
+    for (int r = 0; r < world_; ++r) vals[r] = all[kFields * r + f];
+    std::sort(vals.begin(), vals.end());
+    const double mid =
+        world_ % 2 ? vals[world_ / 2] : 0.5 * (vals[world_ / 2 - 1] + vals[world_ / 2]);
+    phases[names[f]] = {{"min", vals.front()}, {"median", mid}, {"max", vals.back()}};
+  }
+  v.ranks["phase_ms"] = phases;
   // Step times agree across ranks (everyone waits for the slowest inside the reduction);
   // the busy time, step - comm_exposed, is what tells a straggler.
   std::vector<double> busy(world_);

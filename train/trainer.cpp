@@ -179,64 +179,73 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   double comm_ms_total = 0, comm_exposed_total = 0, step_ms_total = 0;
   float last_val = NAN;
   TraceRecorder trace;
+  StepTimer timer(cfg.profile.enabled);
+  const auto t_loop = SteadyClock::now();
   for (int step = 0; step < cfg.train.steps; ++step) {
-    PhaseTimes pt;
-    const bool traced = !window.empty() && step + 1 >= window[0] && step + 1 <= window[1];
+    const bool traced = timer.enabled() && !window.empty() && step + 1 >= window[0] &&
+                        step + 1 <= window[1];
     // Adds the phase that began at T0 to its field and, inside the trace window, to the trace.
-    auto phase = [&](double& field, const char* name, SteadyClock::time_point t0) {
-      const auto t1 = SteadyClock::now();
-      field += std::chrono::duration<double, std::milli>(t1 - t0).count();
-      if (traced) trace.span(Lane::compute, name, to_ns(t0), to_ns(t1), step + 1);
+    auto phase = [&](double PhaseTimes::*field, const char* name, int64_t t0) {
+      const int64_t t1 = timer.add(field, t0);
+      if (traced) trace.span(Lane::compute, name, t0, t1, step + 1);
     };
-    const auto t_step = SteadyClock::now();
+    timer.begin_step();
     model.grads().zero();
     double loss_sum = 0;
     for (int micro = 0; micro < accum; ++micro) {
       int32_t* in = inputs.data() + size_t(micro) * B * T;
       int32_t* tg = targets.data() + size_t(micro) * B * T;
-      auto t0 = SteadyClock::now();
+      int64_t t0 = timer.mark();
       data->next_batch(in, tg, B, T);
-      phase(pt.data, "data", t0);
-      t0 = SteadyClock::now();
+      phase(&PhaseTimes::data, "data", t0);
+      t0 = timer.mark();
       loss_sum += model.forward(in, tg, B, T, arena);
-      phase(pt.forward, "forward", t0);
-      t0 = SteadyClock::now();
+      phase(&PhaseTimes::forward, "forward", t0);
+      t0 = timer.mark();
       const bool last = micro == accum - 1;
       // The loss of each micro-batch is divided by grad_accum_steps.
       model.backward(1.0f / accum, arena, last ? sync.layer_hook() : nullptr);
-      phase(pt.backward, "backward", t0);
+      phase(&PhaseTimes::backward, "backward", t0);
     }
-    auto t_wait = SteadyClock::now();
+    const int64_t t_wait = timer.mark();
     const GradSync::Result red = sync.finish();  // waits; gradients averaged over ranks
-    double waited = 0;
-    if (world > 1) phase(waited, "wait comm", t_wait);
-    pt.comm = red.comm_ms;
-    pt.comm_exposed = red.exposed_ms;
-    if (traced)
+    if (traced && world > 1) {
+      trace.span(Lane::compute, "wait comm", t_wait, timer.mark(), step + 1);
       for (const CommSpan& s : red.spans)
         trace.span(Lane::comm, s.op + " bucket " + std::to_string(s.tag), s.start_ns, s.end_ns,
                    step + 1, s.bytes);
+    }
 
-    auto t0 = SteadyClock::now();
+    const int64_t t0 = timer.mark();
     const double norm = std::sqrt(sum_squares(model.grads().data(), model.grads().size()));
     const double lr = sched.at(step);
     opt.step(model.params().data(), model.grads().data(), lr,
              clip_coefficient(norm, cfg.train.grad_clip));
-    phase(pt.optimizer, "optimizer", t0);
+    phase(&PhaseTimes::optimizer, "optimizer", t0);
     if (traced && step + 1 == window[1])
       trace.write(cfg.run.out_dir + "/trace/rank-" + std::to_string(rank) + ".json", rank);
-    pt.step = ms_since(t_step);
-    pt.close();
+    const PhaseTimes& pt = timer.end_step(red.comm_ms, red.exposed_ms);
     if (cfg.train.check_replicas_every > 0 && (step + 1) % cfg.train.check_replicas_every == 0)
       sync.check_replicas(model.params().data(), model.params().size(), step + 1);
+    const bool log_step = (step + 1) % cfg.profile.log_every == 0 || step + 1 == cfg.train.steps;
+    const bool do_eval = cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0 &&
+                         step + 1 < cfg.train.steps;
+    if (do_eval) last_val = eval.run(model, arena);
+    if (!timer.enabled()) {
+      // Profiler off: no per-step gathers, records or timings; the loss every log_every steps.
+      if (log_step) {
+        const float loss = sync.agree(float(loss_sum / accum), pt).mean_loss;
+        out.losses.push_back(loss);
+        if (lead) std::printf("step %d/%d | loss %.4f | lr %.2e (profiler off)\n", step + 1,
+                              cfg.train.steps, loss, lr);
+      }
+      continue;
+    }
     // Times of a multi-rank run are those of the slowest rank (DESIGN.md).
     const GradSync::StepView view = sync.agree(float(loss_sum / accum), pt);
     const float loss = view.mean_loss;
     out.losses.push_back(loss);
 
-    const bool do_eval = cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0 &&
-                         step + 1 < cfg.train.steps;
-    if (do_eval) last_val = eval.run(model, arena);
 
     const PhaseTimes& slow = view.slowest;
     const double step_ms = slow.step;
@@ -276,7 +285,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
                           {"optimizer", opt.state_bytes()},
                           {"activations_peak", arena.peak_bytes()}};
       run.append_step(rec.dump());
-      if ((step + 1) % cfg.profile.log_every == 0 || step + 1 == cfg.train.steps) {
+      if (log_step) {
         std::printf("step %d/%d | loss %.4f", step + 1, cfg.train.steps, loss);
         if (do_eval) std::printf(" | val %.4f", last_val);
         std::printf(
@@ -293,6 +302,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     }
   }
 
+  const double loop_s = std::chrono::duration<double>(SteadyClock::now() - t_loop).count();
   out.final_val_loss = eval.run(model, arena);
   // This machine's speed drifts (shared host): the peak is measured again after the run
   // and the summary's MFU divides by the larger of the two, so it is never flattered by a
@@ -305,9 +315,13 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     // percentiles when the run is long enough.
     const size_t warm = size_t(warmup_steps_excluded(int(step_ms_all.size())));
     std::vector<double> steady(step_ms_all.begin() + warm, step_ms_all.end());
-    const double p50 = percentile(steady, 0.5);
-    const double tok_s = tokens_per_step / (p50 / 1e3);
+    // Wall time of the whole loop (evaluations included), the same with the profiler on or
+    // off: what the profiler-overhead benchmark compares.
+    const double wall_tok_s = tokens_per_step * cfg.train.steps / loop_s;
+    const double p50 = steady.empty() ? 0.0 : percentile(steady, 0.5);
+    const double tok_s = steady.empty() ? wall_tok_s : tokens_per_step / (p50 / 1e3);
     json sum;
+    sum["profile_enabled"] = cfg.profile.enabled;
     sum["steps"] = cfg.train.steps;
     sum["world"] = world;
     sum["threads"] = threads;
@@ -327,6 +341,8 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     sum["mfu"] = flops_per_token * tok_s / 1e9 / world / peak_best;
     sum["comm_exposed_frac"] = step_ms_total > 0 ? comm_exposed_total / step_ms_total : 0.0;
     sum["activations_peak_bytes"] = arena.peak_bytes();
+    sum["loop_wall_s"] = loop_s;
+    sum["tokens_per_s_wall"] = wall_tok_s;
     write_file_atomic(run.path("summary.json"), sum.dump(2) + "\n");
     std::printf("done: %d steps | final loss %.4f | val loss %.4f", cfg.train.steps,
                 double(sum["final_loss"]), out.final_val_loss);

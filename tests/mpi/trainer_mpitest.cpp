@@ -48,6 +48,14 @@ TEST(TrainerMultiRank, RecordsAndTracesAreComplete) {
     EXPECT_GT(rec["comm_bytes"].get<double>(), 0);
     EXPECT_GT(rec["time_ms"]["comm"].get<double>(), 0);
     EXPECT_LE(rec["ranks"]["step_ms_min"].get<double>(), rec["ranks"]["step_ms_max"].get<double>());
+    for (const char* phase : {"forward", "backward", "optimizer", "comm", "comm_exposed"}) {
+      const auto& ph = rec["ranks"]["phase_ms"][phase];
+      EXPECT_LE(ph["min"].get<double>(), ph["median"].get<double>()) << phase;
+      EXPECT_LE(ph["median"].get<double>(), ph["max"].get<double>()) << phase;
+      // The record's phase (the slowest rank's) lies within the spread across ranks.
+      EXPECT_GE(rec["time_ms"][phase].get<double>(), ph["min"].get<double>() - 1e-3) << phase;
+      EXPECT_LE(rec["time_ms"][phase].get<double>(), ph["max"].get<double>() + 1e-3) << phase;
+    }
     // time_ms is the slowest rank's (rounded to 1 us in the record).
     EXPECT_NEAR(rec["ranks"]["step_ms_max"].get<double>(), rec["time_ms"]["step"].get<double>(),
                 1e-3);
