@@ -158,7 +158,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
         param_bytes / 1048576.0, param_bytes / 1048576.0, opt.state_bytes() / 1048576.0,
         arena.capacity_bytes() / 1048576.0);
     if (world > 1) {
-      std::printf("  comm       %s AllReduce over %s, %zu buckets of <= %.1f MiB, overlap %s\n",
+      std::printf("  comm       %s AllReduce over %s, %zu buckets of <= %.2f MiB, overlap %s\n",
                   cfg.comm.allreduce.c_str(), cfg.comm.backend.c_str(), sync.buckets().size(),
                   cfg.comm.bucket_mb, cfg.comm.overlap ? "on" : "off");
       if (cfg.comm.link.bandwidth_gbps > 0 || cfg.comm.link.latency_us > 0)

@@ -84,6 +84,54 @@ TEST(TrainerMultiRank, RecordsAndTracesAreComplete) {
   }
 }
 
+// comm is time in flight, comm_exposed the training thread's wait: overlapped with backward,
+// communication is in flight longer than anyone waits for it; not overlapped, the wait
+// covers the whole reduction.
+TEST(TrainerMultiRank, ExposedCommBelowCommOnlyWithOverlap) {
+  for (bool overlap : {true, false}) {
+    const fs::path out =
+        fs::temp_directory_path() /
+        ("ringstep_overlap_" + std::to_string(world().size()) + (overlap ? "on" : "off"));
+    if (world().rank() == 0) fs::remove_all(out);
+    world().barrier();
+    Config cfg = parse_config("", "test");
+    cfg.model = {64, 32, 64, 4, 4};
+    cfg.train.steps = 6;
+    cfg.train.micro_batch = 4;
+    cfg.train.grad_accum_steps = 1;
+    cfg.train.eval_every = 0;
+    cfg.train.eval_batches = 1;
+    cfg.run.out_dir = out.string();
+    cfg.run.threads = 1;
+    cfg.profile.peak_gflops = 100;
+    cfg.profile.trace_steps = {};
+    cfg.comm.bucket_mb = 0.05;
+    cfg.comm.overlap = overlap;
+    cfg.comm.link.bandwidth_gbps = 1;  // slow enough that the reduction takes milliseconds
+    train(cfg, &world());
+    world().barrier();
+    if (world().rank() != 0) continue;
+    std::ifstream steps(out / "steps.jsonl");
+    std::string line;
+    double comm = 0, exposed = 0;
+    int n = 0;
+    while (std::getline(steps, line)) {
+      auto t = nlohmann::json::parse(line)["time_ms"];
+      if (++n == 1) continue;  // the first step pays for first-use metadata checks
+      comm += t["comm"].get<double>();
+      exposed += t["comm_exposed"].get<double>();
+      if (!overlap) EXPECT_GE(t["comm_exposed"].get<double>(), t["comm"].get<double>() - 0.1);
+    }
+    ASSERT_EQ(n, 6);
+    if (overlap)
+      EXPECT_LT(exposed, comm) << "overlap on: exposed " << exposed << " ms, comm " << comm
+                               << " ms";
+    else
+      EXPECT_LE(exposed, 1.5 * comm + 5.0 * (n - 1))
+          << "overlap off: exposed " << exposed << " ms, comm " << comm << " ms";
+  }
+}
+
 }  // namespace
 }  // namespace ringstep
 
