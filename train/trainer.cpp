@@ -279,7 +279,13 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       rec["tokens_per_s"] = round_to(tok_s, 0.1);
       rec["model_gflops"] = round_to(gflops, 1e-3);
       rec["mfu"] = round_to(mfu, 1e-4);
+      rec["hardware_gflops"] = round_to(gflops, 1e-3);  // = model: no recomputed forward yet
       rec["comm_bytes"] = red.bytes;
+      // Achieved bus bandwidth of the gradient reduction (nccl-tests' busbw, docs/metrics.md).
+      rec["comm_busbw_gbs"] =
+          slow.comm > 0 ? round_to(double(red.bytes) / (slow.comm / 1e3) / 1e9 * 2.0 *
+                                       (world - 1) / world, 1e-4)
+                        : 0.0;
       rec["mem_bytes"] = {{"params", param_bytes},
                           {"grads", param_bytes},
                           {"optimizer", opt.state_bytes()},
