@@ -31,6 +31,8 @@ MachineInfo measure_machine(int threads);
 int warmup_steps_excluded(int steps);
 // The Q-quantile (0..1) by linear interpolation between order statistics (numpy's default).
 double percentile(std::vector<double> v, double q);
+// Counts for people: 950 -> "950", 13110 -> "13.1k", 10.75e6 -> "10.75M".
+std::string human_count(double x);
 
 // Shares of the step, in % (0..100) of the summed step time of the steady steps.
 struct StepShares {

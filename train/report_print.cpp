@@ -11,6 +11,20 @@
 #include "train/report.h"
 
 namespace ringstep {
+// 1234 -> "1.2k", 10.75e6 -> "10.75M".
+std::string human_count(double x) {
+  char buf[32];
+  if (x >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fG", x / 1e9);
+  else if (x >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
+  else if (x >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", x);
+  return buf;
+}
+
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -39,19 +53,6 @@ class Text {
   std::string s_;
 };
 
-std::string count(double x) {
-  char buf[32];
-  if (x >= 1e9)
-    std::snprintf(buf, sizeof buf, "%.2fG", x / 1e9);
-  else if (x >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
-  else if (x >= 1e3)
-    std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f", x);
-  return buf;
-}
-
 double mib(double bytes) { return bytes / 1048576.0; }
 
 std::string plural(long long n, const char* word) {
@@ -77,7 +78,8 @@ void print_time(const ReportData& r, Text& t) {
   t.line(
       "throughput   %s tokens/s at p50 (%.0f tokens/step) | model %.1f GFLOP/s/rank | peak "
       "%.1f GFLOP/s/rank | MFU %.1f%%",
-      count(r.tokens_per_s).c_str(), r.tokens_per_step, r.model_gflops, r.peak_gflops, 100 * r.mfu);
+      human_count(r.tokens_per_s).c_str(), r.tokens_per_step, r.model_gflops, r.peak_gflops,
+      100 * r.mfu);
   t.line("skipped      %d of %d steps (%.1f%%)", r.skipped_steps, r.steps, r.skipped_pct);
 }
 

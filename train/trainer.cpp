@@ -29,19 +29,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-std::string human_count(double x) {
-  char buf[32];
-  if (x >= 1e9)
-    std::snprintf(buf, sizeof buf, "%.2fG", x / 1e9);
-  else if (x >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
-  else if (x >= 1e3)
-    std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f", x);
-  return buf;
-}
-
 double round_to(double x, double q) { return std::round(x / q) * q; }
 
 struct Evaluator {
@@ -182,8 +169,8 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   StepTimer timer(cfg.profile.enabled);
   const auto t_loop = SteadyClock::now();
   for (int step = 0; step < cfg.train.steps; ++step) {
-    const bool traced = timer.enabled() && !window.empty() && step + 1 >= window[0] &&
-                        step + 1 <= window[1];
+    const bool traced =
+        timer.enabled() && !window.empty() && step + 1 >= window[0] && step + 1 <= window[1];
     // Adds the phase that began at T0 to its field and, inside the trace window, to the trace.
     auto phase = [&](double PhaseTimes::*field, const char* name, int64_t t0) {
       const int64_t t1 = timer.add(field, t0);
@@ -236,8 +223,9 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       if (log_step) {
         const float loss = sync.agree(float(loss_sum / accum), pt).mean_loss;
         out.losses.push_back(loss);
-        if (lead) std::printf("step %d/%d | loss %.4f | lr %.2e (profiler off)\n", step + 1,
-                              cfg.train.steps, loss, lr);
+        if (lead)
+          std::printf("step %d/%d | loss %.4f | lr %.2e (profiler off)\n", step + 1,
+                      cfg.train.steps, loss, lr);
       }
       continue;
     }
@@ -245,7 +233,6 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     const GradSync::StepView view = sync.agree(float(loss_sum / accum), pt);
     const float loss = view.mean_loss;
     out.losses.push_back(loss);
-
 
     const PhaseTimes& slow = view.slowest;
     const double step_ms = slow.step;
@@ -283,9 +270,10 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       rec["comm_bytes"] = red.bytes;
       // Achieved bus bandwidth of the gradient reduction (nccl-tests' busbw, docs/metrics.md).
       rec["comm_busbw_gbs"] =
-          slow.comm > 0 ? round_to(double(red.bytes) / (slow.comm / 1e3) / 1e9 * 2.0 *
-                                       (world - 1) / world, 1e-4)
-                        : 0.0;
+          slow.comm > 0
+              ? round_to(double(red.bytes) / (slow.comm / 1e3) / 1e9 * 2.0 * (world - 1) / world,
+                         1e-4)
+              : 0.0;
       rec["mem_bytes"] = {{"params", param_bytes},
                           {"grads", param_bytes},
                           {"optimizer", opt.state_bytes()},
