@@ -334,6 +334,8 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     sum["peak_gflops_end"] = peak_end;
     sum["mfu"] = flops_per_token * tok_s / 1e9 / world / peak_best;
     sum["comm_exposed_frac"] = step_ms_total > 0 ? comm_exposed_total / step_ms_total : 0.0;
+    // Overlap = 1 - exposed / in flight, over the whole run (DESIGN.md); null with no comm.
+    sum["overlap"] = comm_ms_total > 0 ? json(1.0 - comm_exposed_total / comm_ms_total) : json(nullptr);
     sum["activations_peak_bytes"] = arena.peak_bytes();
     sum["loop_wall_s"] = loop_s;
     sum["tokens_per_s_wall"] = wall_tok_s;
