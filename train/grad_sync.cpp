@@ -1,12 +1,14 @@
 #include "train/grad_sync.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 
 #include "comm/communicator.h"
 #include "comm/engine.h"
 #include "models/gpt.h"
+#include "train/report.h"  // percentile
 
 namespace ringstep {
 
@@ -124,37 +126,35 @@ GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {
         .wait();
     engine_->drain_spans();  // bookkeeping traffic, not gradient communication
   }
-  std::vector<double> steps(world_);
   double loss_sum = 0;
   int slowest = 0;
   for (int r = 0; r < world_; ++r) {
-    steps[r] = all[kFields * r];
     loss_sum += all[kFields * r + kFields - 1];
-    if (steps[r] > steps[slowest]) slowest = r;
+    if (all[kFields * r] > all[kFields * slowest]) slowest = r;
   }
   const double* s = all.data() + kFields * slowest;
   v.slowest = {s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]};
   v.mean_loss = float(loss_sum / world_);
-  std::vector<double> sorted = steps;
-  std::sort(sorted.begin(), sorted.end());
-  const double median =
-      world_ % 2 ? sorted[world_ / 2] : 0.5 * (sorted[world_ / 2 - 1] + sorted[world_ / 2]);
+  // Field F of every rank, sorted: its min, median and max across ranks.
+  auto across_ranks = [&](size_t f) {
+    std::vector<double> vals(world_);
+    for (int r = 0; r < world_; ++r) vals[r] = all[kFields * r + f];
+    std::sort(vals.begin(), vals.end());
+    return std::array<double, 3>{vals.front(), percentile(vals, 0.5), vals.back()};
+  };
+  const auto step_spread = across_ranks(0);
   v.ranks = {{"world", world_},
-             {"step_ms_min", sorted.front()},
-             {"step_ms_median", median},
-             {"step_ms_max", sorted.back()},
+             {"step_ms_min", step_spread[0]},
+             {"step_ms_median", step_spread[1]},
+             {"step_ms_max", step_spread[2]},
              {"slowest", slowest}};
   // Per phase, across ranks: where a slow rank loses its time.
   const char* names[] = {"step",      "data", "forward",      "backward", "recompute",
                          "optimizer", "comm", "comm_exposed", "other"};
   nlohmann::ordered_json phases;
   for (size_t f = 1; f < 9; ++f) {
-    std::vector<double> vals(world_);
-    for (int r = 0; r < world_; ++r) vals[r] = all[kFields * r + f];
-    std::sort(vals.begin(), vals.end());
-    const double mid =
-        world_ % 2 ? vals[world_ / 2] : 0.5 * (vals[world_ / 2 - 1] + vals[world_ / 2]);
-    phases[names[f]] = {{"min", vals.front()}, {"median", mid}, {"max", vals.back()}};
+    const auto spread = across_ranks(f);
+    phases[names[f]] = {{"min", spread[0]}, {"median", spread[1]}, {"max", spread[2]}};
   }
   v.ranks["phase_ms"] = phases;
   // Step times agree across ranks (everyone waits for the slowest inside the reduction);

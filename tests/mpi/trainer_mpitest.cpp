@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mpitest_main.h"
+#include "train/small_run.h"
 #include "train/trainer.h"
 
 namespace ringstep {
@@ -22,17 +23,8 @@ TEST(TrainerMultiRank, RecordsAndTracesAreComplete) {
       fs::temp_directory_path() / ("ringstep_mpitrain_" + std::to_string(world().size()));
   if (world().rank() == 0) fs::remove_all(out);
   world().barrier();
-  Config cfg = parse_config("", "test");
-  cfg.model = {64, 16, 32, 2, 2};
-  cfg.train.steps = 6;
-  cfg.train.micro_batch = 2;
-  cfg.train.grad_accum_steps = 2;
-  cfg.train.eval_every = 0;
-  cfg.train.eval_batches = 1;
+  Config cfg = ringstep::testing::SmallRun(out.string(), 6);
   cfg.train.check_replicas_every = 2;
-  cfg.run.out_dir = out.string();
-  cfg.run.threads = 1;
-  cfg.profile.peak_gflops = 100;
   cfg.profile.trace_steps = {3, 4};
   cfg.comm.bucket_mb = 0.01;
   TrainOutcome r = train(cfg, &world());
@@ -94,16 +86,10 @@ TEST(TrainerMultiRank, ExposedCommBelowCommOnlyWithOverlap) {
         ("ringstep_overlap_" + std::to_string(world().size()) + (overlap ? "on" : "off"));
     if (world().rank() == 0) fs::remove_all(out);
     world().barrier();
-    Config cfg = parse_config("", "test");
-    cfg.model = {64, 32, 64, 4, 4};
-    cfg.train.steps = 6;
+    Config cfg = ringstep::testing::SmallRun(out.string(), 6);
+    cfg.model = {64, 32, 64, 4, 4};  // longer backward: room for overlap
     cfg.train.micro_batch = 4;
     cfg.train.grad_accum_steps = 1;
-    cfg.train.eval_every = 0;
-    cfg.train.eval_batches = 1;
-    cfg.run.out_dir = out.string();
-    cfg.run.threads = 1;
-    cfg.profile.peak_gflops = 100;
     cfg.profile.trace_steps = {};
     cfg.comm.bucket_mb = 0.05;
     cfg.comm.overlap = overlap;

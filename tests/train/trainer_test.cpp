@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "train/small_run.h"
 
 namespace ringstep {
 namespace {
@@ -15,25 +16,14 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path TempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("ringstep_trainer_" + name + "_" +
-                                            std::to_string(::getpid()));
+  fs::path p =
+      fs::temp_directory_path() / ("ringstep_trainer_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   return p;
 }
 
 Config SmallRun(const fs::path& out, int steps) {
-  Config cfg = parse_config("", "test");
-  cfg.model = {64, 16, 32, 2, 2};
-  cfg.train.steps = steps;
-  cfg.train.micro_batch = 2;
-  cfg.train.grad_accum_steps = 2;
-  cfg.train.warmup_steps = 1;
-  cfg.train.eval_every = 0;
-  cfg.train.eval_batches = 1;
-  cfg.run.out_dir = out.string();
-  cfg.run.threads = 1;
-  cfg.profile.peak_gflops = 100;  // skip the start-up measurement
-  return cfg;
+  return ringstep::testing::SmallRun(out.string(), steps);
 }
 
 TEST(Trainer, SameSeedSameConfigBitIdenticalLosses) {
