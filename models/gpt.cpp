@@ -2,16 +2,23 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
 #include <string>
 
+#include "core/cpu/gemm16.h"
 #include "core/cpu/ops.h"
+#include "core/error.h"
+#include "core/profiler.h"
 #include "core/rng.h"
 
 namespace ringstep {
 
 using namespace ringstep::cpu;
 
-Gpt::Gpt(const ModelConfig& cfg) : cfg_(cfg) {
+Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt) : cfg_(cfg), opt_(opt) {
+  if (opt_.recompute_k < 1) throw InputError("recompute.k must be >= 1");
   const int64_t V = cfg.vocab_size, T = cfg.seq_len, C = cfg.d_model;
   // Order: embeddings, blocks 0..L-1 each contiguous, final LayerNorm. docs/formats.md.
   wte_ = reg_.add("wte", {V, C});
@@ -56,73 +63,412 @@ void Gpt::init(uint64_t seed) {
   }
 }
 
-std::vector<size_t> Gpt::layer_act_sizes(const ModelConfig& c, int B, int T) {
-  const size_t N = size_t(B) * T, C = c.d_model;
-  // In LayerActs order: ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean,
-  // ln2_rstd, fch, fch_gelu, res3.
-  return {N * C, N, N, 3 * N * C, size_t(B) * c.n_heads * T * T, N * C, N * C,
-          N * C, N,  N, 4 * N * C, 4 * N * C,  N * C};
+namespace {
+
+constexpr size_t kNoBias = SIZE_MAX;
+
+// Releases everything an op allocated from the arena when the op returns.
+class Scratch {
+ public:
+  explicit Scratch(Arena& a) : arena_(a), mark_(a.mark()) {}
+  ~Scratch() { arena_.release_to(mark_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+ private:
+  Arena& arena_;
+  size_t mark_;
+};
+
+void to_f32(DType dt, const uint16_t* in, float* out, size_t n) {
+  if (dt == DType::bf16)
+    bf16_to_fp32(in, out, n);
+  else
+    fp16_to_fp32(in, out, n);
+}
+void from_f32(DType dt, const float* in, uint16_t* out, size_t n) {
+  if (dt == DType::bf16)
+    fp32_to_bf16(in, out, n);
+  else
+    fp32_to_fp16(in, out, n);
+}
+
+}  // namespace
+
+RecomputePolicy parse_recompute_policy(const std::string& name) {
+  if (name == "none") return RecomputePolicy::none;
+  if (name == "full") return RecomputePolicy::full;
+  if (name == "every_k") return RecomputePolicy::every_k;
+  if (name == "selective") return RecomputePolicy::selective;
+  throw InputError("recompute.policy: '" + name + "' is not one of none, full, every_k, selective");
+}
+
+Gpt::Keep Gpt::keep(int layer) const {
+  switch (opt_.recompute) {
+    case RecomputePolicy::none: return Keep::all;
+    case RecomputePolicy::full: return Keep::input;
+    case RecomputePolicy::every_k: return layer % opt_.recompute_k == 0 ? Keep::input : Keep::all;
+    case RecomputePolicy::selective: return Keep::selective;
+  }
+  return Keep::all;
+}
+
+bool Gpt::layer_recomputed(int layer) const { return keep(layer) != Keep::all; }
+
+double Gpt::recompute_flops_per_token() const {
+  const double C = cfg_.d_model, T = cfg_.seq_len;
+  double flops = 0;
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    // Forward GEMMs of a block are 2 x (3C^2 + C^2 + 4C^2 + 4C^2) per token and causal
+    // attention 2 C T (docs/metrics.md). A full recompute stops before the MLP's output
+    // projection (backward does not need the block output); selective redoes attention.
+    if (keep(l) == Keep::input) flops += 2.0 * 8 * C * C + 2.0 * C * T;
+    if (keep(l) == Keep::selective) flops += 2.0 * C * T;
+  }
+  return flops;
 }
 
 static size_t rounded(size_t floats) { return (floats * sizeof(float) + 63) / 64 * 64; }
 
 size_t Gpt::arena_bytes(int B, int T) const {
+  // An upper bound: every tensor counted as fp32 and kept, plus one block of recompute
+  // temporaries and the largest per-op scratch of the 16-bit path.
   const size_t N = size_t(B) * T, C = cfg_.d_model, V = cfg_.vocab_size;
-  size_t bytes = rounded(N * C);  // encoded
-  for (int l = 0; l < cfg_.n_layers; ++l)
-    for (size_t s : layer_act_sizes(cfg_, B, T)) bytes += rounded(s);
-  for (size_t s : {N * C, N, N, N * V, N * V, N}) bytes += rounded(s);  // lnf .. losses
-  // backward scratch: dres, dln, dqkv, datty, dfch, dgelu, dlogits
+  const size_t H = cfg_.n_heads;
+  const std::vector<size_t> layer = {N * C, N,     N, 3 * N * C, B * H * T * T, N * C, N * C,
+                                     N * C, N,     N, 4 * N * C, 4 * N * C,     N * C};
+  size_t one_layer = 0;
+  for (size_t s : layer) one_layer += rounded(s);
+  size_t bytes = rounded(N * C) + (cfg_.n_layers + 1) * one_layer + rounded(N * C);
+  for (size_t s : {N * C, N, N, N * V, N * V, N}) bytes += rounded(s);  // lnf .. logits, losses
+  // backward: dres, dln, dqkv, datty, dfch, dgelu, dlogits
   for (size_t s : {N * C, N * C, 3 * N * C, N * C, 4 * N * C, 4 * N * C, N * V})
     bytes += rounded(s);
-  return bytes;
+  // 16-bit path scratch: two fp32 views of up to 4NC or N x V, one attention batch row.
+  bytes += 2 * rounded(std::max(4 * N * C, N * V)) + rounded(size_t(T) * 3 * C) +
+           rounded(H * T * T) + rounded(size_t(T) * C) + rounded(N * std::max(4 * C, V));
+  return bytes + (size_t{1} << 16);
 }
 
-void Gpt::block_forward(int l, const float* x, LayerActs& a) {
+// --- storage helpers -----------------------------------------------------------------
+// An activation is stored as act_dtype. In fp32 every helper is a no-op view; in 16 bits
+// load() converts into arena scratch and store() rounds into the activation.
+
+void* Gpt::alloc_act(size_t n) { return arena_->alloc_bytes(n * esize()); }
+
+void Gpt::alloc_missing(LayerActs& a, Keep k) {
+  const size_t N = size_t(B_) * T_, C = cfg_.d_model;
+  auto act = [&](void*& slot, size_t n) {
+    if (slot == nullptr) slot = alloc_act(n);
+  };
+  auto stat = [&](float*& slot) {
+    if (slot == nullptr) slot = arena_->alloc_floats(N);
+  };
+  act(a.ln1, N * C);
+  stat(a.ln1_mean);
+  stat(a.ln1_rstd);
+  act(a.qkv, 3 * N * C);
+  act(a.att, size_t(B_) * cfg_.n_heads * T_ * T_);
+  act(a.atty, N * C);
+  act(a.res2, N * C);
+  act(a.ln2, N * C);
+  stat(a.ln2_mean);
+  stat(a.ln2_rstd);
+  act(a.fch, 4 * N * C);
+  act(a.fch_gelu, 4 * N * C);
+  if (k != Keep::input) act(a.res3, N * C);  // a full recompute never rebuilds the output
+}
+
+const float* Gpt::load(const void* act, size_t n) {
+  if (!half()) return static_cast<const float*>(act);
+  float* buf = arena_->alloc_floats(n);
+  to_f32(opt_.act_dtype, static_cast<const uint16_t*>(act), buf, n);
+  return buf;
+}
+
+float* Gpt::out_f32(void* act, size_t n) {
+  return half() ? arena_->alloc_floats(n) : static_cast<float*>(act);
+}
+
+void Gpt::store(void* act, const float* src, size_t n) {
+  if (half()) from_f32(opt_.act_dtype, src, static_cast<uint16_t*>(act), n);
+}
+
+void Gpt::refresh_weights16() {
+  weights16_.resize(params_.size());
+  from_f32(opt_.act_dtype, params_.data(), weights16_.data(), params_.size());
+  weights16_stale_ = false;
+}
+
+static void* offset(void* act, size_t elems, size_t esize) {
+  return static_cast<char*>(act) + elems * esize;
+}
+static const void* offset(const void* act, size_t elems, size_t esize) {
+  return static_cast<const char*>(act) + elems * esize;
+}
+
+// --- ops on stored activations ---------------------------------------------------------
+
+void Gpt::layernorm_fwd(void* out, float* mean, float* rstd, const void* in, size_t w, size_t b) {
+  const int N = B_ * T_, C = cfg_.d_model;
+  const size_t n = size_t(N) * C;
+  Scratch s(*arena_);
+  const float* x = load(in, n);
+  float* y = out_f32(out, n);
+  layernorm_forward(y, mean, rstd, x, p(w), p(b), N, C);
+  store(out, y, n);
+}
+
+void Gpt::linear_fwd(float* out, const void* in, size_t w, size_t b, int C, int OC) {
+  const int N = B_ * T_;
+  if (!half()) {
+    matmul_forward(out, static_cast<const float*>(in), p(w), b == kNoBias ? nullptr : p(b), N, C,
+                   OC);
+    return;
+  }
+  if (b != kNoBias)
+    for (int n = 0; n < N; ++n) std::memcpy(out + size_t(n) * OC, p(b), OC * sizeof(float));
+  gemm16(opt_.act_dtype, false, true, N, OC, C, 1.0f, static_cast<const uint16_t*>(in), C, p16(w),
+         C, b == kNoBias ? 0.0f : 1.0f, out, OC);
+}
+
+void Gpt::linear_bwd(float* din, size_t w, size_t b, const float* dout, const void* in, int C,
+                     int OC) {
+  const int N = B_ * T_;
+  if (!half()) {
+    matmul_backward(din, g(w), b == kNoBias ? nullptr : g(b), dout,
+                    static_cast<const float*>(in), p(w), N, C, OC);
+    return;
+  }
+  // The gradient operand is rounded to 16 bits like the activations (in fp16 a value past
+  // 65504 becomes inf here, which is what the loss scaler looks for).
+  Scratch s(*arena_);
+  auto* d16 = static_cast<uint16_t*>(arena_->alloc_bytes(size_t(N) * OC * sizeof(uint16_t)));
+  from_f32(opt_.act_dtype, dout, d16, size_t(N) * OC);
+  const DType dt = opt_.act_dtype;
+  if (din != nullptr) gemm16(dt, false, false, N, C, OC, 1.0f, d16, OC, p16(w), C, 1.0f, din, C);
+  gemm16(dt, true, false, OC, C, N, 1.0f, d16, OC, static_cast<const uint16_t*>(in), C, 1.0f,
+         g(w), C);
+  if (b != kNoBias) {
+    float* db = g(b);
+    for (int n = 0; n < N; ++n) {
+      const float* row = dout + size_t(n) * OC;
+      for (int o = 0; o < OC; ++o) db[o] += row[o];
+    }
+  }
+}
+
+void Gpt::attention_fwd(void* atty, void* att, const void* qkv) {
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_heads;
+  if (!half()) {
+    attention_forward(static_cast<float*>(atty), static_cast<float*>(att),
+                      static_cast<const float*>(qkv), B, T, C, NH);
+    return;
+  }
+  // One batch row at a time in fp32, so the scratch is one row's, not the batch's.
+  const size_t qkv_row = size_t(T) * 3 * C, att_row = size_t(NH) * T * T, y_row = size_t(T) * C;
+  for (int b = 0; b < B; ++b) {
+    Scratch s(*arena_);
+    const float* q = load(offset(qkv, b * qkv_row, esize()), qkv_row);
+    float* p32 = arena_->alloc_floats(att_row);
+    float* y32 = arena_->alloc_floats(y_row);
+    attention_forward(y32, p32, q, 1, T, C, NH);
+    store(offset(att, b * att_row, esize()), p32, att_row);
+    store(offset(atty, b * y_row, esize()), y32, y_row);
+  }
+}
+
+void Gpt::attention_bwd(float* dqkv, const float* datty, const void* qkv, const void* att) {
+  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_heads;
+  if (!half()) {
+    attention_backward(dqkv, datty, static_cast<const float*>(qkv), static_cast<const float*>(att),
+                       B, T, C, NH);
+    return;
+  }
+  const size_t qkv_row = size_t(T) * 3 * C, att_row = size_t(NH) * T * T, y_row = size_t(T) * C;
+  for (int b = 0; b < B; ++b) {
+    Scratch s(*arena_);
+    const float* q = load(offset(qkv, b * qkv_row, esize()), qkv_row);
+    const float* p32 = load(offset(att, b * att_row, esize()), att_row);
+    attention_backward(dqkv + b * qkv_row, datty + b * y_row, q, p32, 1, T, C, NH);
+  }
+}
+
+void Gpt::gelu_fwd(void* out, const void* in, size_t n) {
+  Scratch s(*arena_);
+  const float* x = load(in, n);
+  float* y = out_f32(out, n);
+  gelu_forward(y, x, n);
+  store(out, y, n);
+}
+
+void Gpt::layernorm_bwd(float* dres, size_t w, size_t b, const float* dout, const void* in,
+                        const float* mean, const float* rstd) {
+  const int N = B_ * T_, C = cfg_.d_model;
+  Scratch s(*arena_);
+  const float* x = load(in, size_t(N) * C);
+  layernorm_backward(dres, g(w), g(b), dout, x, p(w), mean, rstd, N, C);
+}
+
+// --- blocks ------------------------------------------------------------------------------
+
+void Gpt::block_forward(int l, const void* x, LayerActs& a) {
   const Layer& L = layers_[l];
-  const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_heads, N = B * T;
-  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p(L.ln1_w), p(L.ln1_b), N, C);
-  matmul_forward(a.qkv, a.ln1, p(L.qkv_w), p(L.qkv_b), N, C, 3 * C);
-  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-  matmul_forward(a.res2, a.atty, p(L.proj_w), p(L.proj_b), N, C, C);
-  residual_forward(a.res2, x, a.res2, size_t(N) * C);
-  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p(L.ln2_w), p(L.ln2_b), N, C);
-  matmul_forward(a.fch, a.ln2, p(L.fc_w), p(L.fc_b), N, C, 4 * C);
-  gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * C);
-  matmul_forward(a.res3, a.fch_gelu, p(L.fcp_w), p(L.fcp_b), N, 4 * C, C);
-  residual_forward(a.res3, a.res2, a.res3, size_t(N) * C);
+  const int C = cfg_.d_model;
+  const size_t NC = size_t(B_) * T_ * C;
+  layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, x, L.ln1_w, L.ln1_b);
+  {
+    Scratch s(*arena_);
+    float* y = out_f32(a.qkv, 3 * NC);
+    linear_fwd(y, a.ln1, L.qkv_w, L.qkv_b, C, 3 * C);
+    store(a.qkv, y, 3 * NC);
+  }
+  attention_fwd(a.atty, a.att, a.qkv);
+  {
+    Scratch s(*arena_);
+    float* y = out_f32(a.res2, NC);
+    linear_fwd(y, a.atty, L.proj_w, L.proj_b, C, C);
+    residual_forward(y, load(x, NC), y, NC);
+    store(a.res2, y, NC);
+  }
+  layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, L.ln2_w, L.ln2_b);
+  {
+    Scratch s(*arena_);
+    float* y = out_f32(a.fch, 4 * NC);
+    linear_fwd(y, a.ln2, L.fc_w, L.fc_b, C, 4 * C);
+    store(a.fch, y, 4 * NC);
+  }
+  gelu_fwd(a.fch_gelu, a.fch, 4 * NC);
+  if (a.res3 == nullptr) return;  // full recompute: backward needs everything but the output
+  {
+    Scratch s(*arena_);
+    float* y = out_f32(a.res3, NC);
+    linear_fwd(y, a.fch_gelu, L.fcp_w, L.fcp_b, 4 * C, C);
+    residual_forward(y, load(a.res2, NC), y, NC);
+    store(a.res3, y, NC);
+  }
+}
+
+// Rebuilds the tensors forward did not keep, with the same ops on the same stored inputs,
+// so they are bit-identical to the ones a policy of none would have kept.
+void Gpt::recompute_block(int l, const void* x, LayerActs& a, Keep k) {
+  if (k == Keep::input) {
+    block_forward(l, x, a);
+    return;
+  }
+  const Layer& L = layers_[l];
+  const size_t NC = size_t(B_) * T_ * cfg_.d_model;
+  layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, x, L.ln1_w, L.ln1_b);
+  {
+    Scratch s(*arena_);
+    void* atty_again = alloc_act(NC);  // the kept attention output is not overwritten
+    attention_fwd(atty_again, a.att, a.qkv);
+  }
+  layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, L.ln2_w, L.ln2_b);
+  gelu_fwd(a.fch_gelu, a.fch, 4 * NC);
+}
+
+void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& d) {
+  const Layer& L = layers_[l];
+  const int C = cfg_.d_model;
+  const size_t NC = size_t(B_) * T_ * C;
+  // res3 = res2 + mlp(ln2(res2)): dres flows to both; the MLP branch adds into dres.
+  std::memset(d.dgelu, 0, 4 * NC * sizeof(float));
+  linear_bwd(d.dgelu, L.fcp_w, L.fcp_b, d.dres, a.fch_gelu, 4 * C, C);
+  std::memset(d.dfch, 0, 4 * NC * sizeof(float));
+  {
+    Scratch s(*arena_);
+    gelu_backward(d.dfch, load(a.fch, 4 * NC), d.dgelu, 4 * NC);
+  }
+  std::memset(d.dln, 0, NC * sizeof(float));
+  linear_bwd(d.dln, L.fc_w, L.fc_b, d.dfch, a.ln2, C, 4 * C);
+  layernorm_bwd(d.dres, L.ln2_w, L.ln2_b, d.dln, a.res2, a.ln2_mean, a.ln2_rstd);
+  // res2 = x + proj(attn(ln1(x)))
+  std::memset(d.datty, 0, NC * sizeof(float));
+  linear_bwd(d.datty, L.proj_w, L.proj_b, d.dres, a.atty, C, C);
+  std::memset(d.dqkv, 0, 3 * NC * sizeof(float));
+  attention_bwd(d.dqkv, d.datty, a.qkv, a.att);
+  std::memset(d.dln, 0, NC * sizeof(float));
+  linear_bwd(d.dln, L.qkv_w, L.qkv_b, d.dqkv, a.ln1, C, 3 * C);
+  layernorm_bwd(d.dres, L.ln1_w, L.ln1_b, d.dln, x, a.ln1_mean, a.ln1_rstd);
 }
 
 float Gpt::forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena) {
+  return run_forward(inputs, targets, B, T, arena, true);
+}
+
+float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
+                       bool for_backward) {
+  arena_ = &arena;
   B_ = B;
   T_ = T;
   forward_mark_ = arena.mark();
   inputs_ = inputs;
   targets_ = targets;
+  if (half() && weights16_stale_) refresh_weights16();
   const int C = cfg_.d_model, V = cfg_.vocab_size, N = B * T;
-  encoded_ = arena.alloc_floats(size_t(N) * C);
-  encoder_forward(encoded_, inputs, p(wte_), p(wpe_), B, T, C);
+  const size_t NC = size_t(N) * C;
+  // Backward's fp32 gradient buffers sit below the saved activations, so that backward can
+  // pop each block's activations as soon as the block is done (a stack frees only its top).
+  d_ = DBufs{};
+  if (for_backward) {
+    d_.dres = arena.alloc_floats(NC);
+    d_.dln = arena.alloc_floats(NC);
+    d_.dqkv = arena.alloc_floats(3 * NC);
+    d_.datty = arena.alloc_floats(NC);
+    d_.dfch = arena.alloc_floats(4 * NC);
+    d_.dgelu = arena.alloc_floats(4 * NC);
+  }
+  encoded_ = alloc_act(NC);
+  {
+    Scratch s(arena);
+    float* y = out_f32(encoded_, NC);
+    encoder_forward(y, inputs, p(wte_), p(wpe_), B, T, C);
+    store(encoded_, y, NC);
+  }
   acts_.assign(cfg_.n_layers, LayerActs{});
-  const float* x = encoded_;
+  const void* x = encoded_;
+  layer_marks_.assign(cfg_.n_layers, 0);
   for (int l = 0; l < cfg_.n_layers; ++l) {
     LayerActs& a = acts_[l];
-    std::vector<size_t> sizes = layer_act_sizes(cfg_, B, T);
-    float** slots[] = {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv,      &a.att,
-                       &a.atty, &a.res2,    &a.ln2,      &a.ln2_mean, &a.ln2_rstd,
-                       &a.fch,  &a.fch_gelu, &a.res3};
-    for (size_t k = 0; k < sizes.size(); ++k) *slots[k] = arena.alloc_floats(sizes[k]);
-    block_forward(l, x, a);
+    const Keep k = keep(l);
+    layer_marks_[l] = arena.mark();
+    // What this block keeps until backward.
+    if (k == Keep::all) {
+      alloc_missing(a, k);
+    } else {
+      if (k == Keep::selective) {
+        a.qkv = alloc_act(3 * NC);
+        a.atty = alloc_act(NC);
+        a.res2 = alloc_act(NC);
+        a.fch = alloc_act(4 * NC);
+      }
+      a.res3 = alloc_act(NC);
+    }
+    if (k == Keep::all) {
+      block_forward(l, x, a);
+    } else {
+      Scratch s(arena);  // the rest lives only while the block runs
+      LayerActs t = a;
+      alloc_missing(t, Keep::all);
+      block_forward(l, x, t);
+    }
     x = a.res3;
   }
-  lnf_ = arena.alloc_floats(size_t(N) * C);
+  head_mark_ = arena.mark();
+  lnf_ = alloc_act(NC);
   lnf_mean_ = arena.alloc_floats(N);
   lnf_rstd_ = arena.alloc_floats(N);
-  logits_ = arena.alloc_floats(size_t(N) * V);
   probs_ = arena.alloc_floats(size_t(N) * V);
   losses_ = arena.alloc_floats(N);
-  layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, p(lnf_w_), p(lnf_b_), N, C);
-  matmul_forward(logits_, lnf_, p(wte_), static_cast<const float*>(nullptr), N, C, V);
-  softmax_crossentropy_forward(losses_, probs_, logits_, targets, N, V);
+  layernorm_fwd(lnf_, lnf_mean_, lnf_rstd_, x, lnf_w_, lnf_b_);
+  {
+    // Logits and the loss stay fp32 (as under autocast); backward only needs the probabilities.
+    Scratch s(arena);
+    float* logits = arena.alloc_floats(size_t(N) * V);
+    linear_fwd(logits, lnf_, wte_, kNoBias, C, V);
+    softmax_crossentropy_forward(losses_, probs_, logits, targets, N, V);
+  }
   double sum = 0.0;
   for (int n = 0; n < N; ++n) sum += losses_[n];
   return static_cast<float>(sum / N);
@@ -130,64 +476,51 @@ float Gpt::forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
 
 float Gpt::evaluate(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena) {
   const size_t mark = arena.mark();
-  float loss = forward(inputs, targets, B, T, arena);
+  float loss = run_forward(inputs, targets, B, T, arena, false);
   arena.release_to(mark);
   return loss;
 }
 
 void Gpt::backward(float dloss_scale, Arena& arena,
                    const std::function<void(int)>& layer_done) {
-  const int B = B_, T = T_, C = cfg_.d_model, V = cfg_.vocab_size, NH = cfg_.n_heads;
+  if (d_.dres == nullptr) throw std::logic_error("Gpt::backward without a training forward");
+  arena_ = &arena;
+  recompute_ms_ = 0;
+  const int B = B_, T = T_, C = cfg_.d_model, V = cfg_.vocab_size;
   const int N = B * T;
   const size_t NC = size_t(N) * C;
-  auto zeroed = [&](size_t n) {
-    float* buf = arena.alloc_floats(n);
-    std::memset(buf, 0, n * sizeof(float));
-    return buf;
-  };
-  float* dres = zeroed(NC);
-  float* dln = arena.alloc_floats(NC);
-  float* dqkv = arena.alloc_floats(3 * NC);
-  float* datty = arena.alloc_floats(NC);
-  float* dfch = arena.alloc_floats(4 * NC);
-  float* dgelu = arena.alloc_floats(4 * NC);
-  float* dlogits = zeroed(size_t(N) * V);
-
-  // Mean over N tokens, times the caller's scale (1/grad_accum_steps, loss scale).
-  softmax_crossentropy_backward(dlogits, probs_, targets_, dloss_scale / N, N, V);
-  std::memset(dln, 0, NC * sizeof(float));
-  matmul_backward(dln, g(wte_), static_cast<float*>(nullptr), dlogits, lnf_, p(wte_), N, C, V);
-  const float* x_last = cfg_.n_layers > 0 ? acts_.back().res3 : encoded_;
-  layernorm_backward(dres, g(lnf_w_), g(lnf_b_), dln, x_last, p(lnf_w_), lnf_mean_, lnf_rstd_,
-                     N, C);
-
+  const DBufs& d = d_;
+  std::memset(d.dres, 0, NC * sizeof(float));
+  {
+    float* dlogits = arena.alloc_floats(size_t(N) * V);
+    std::memset(dlogits, 0, size_t(N) * V * sizeof(float));
+    // Mean over N tokens, times the caller's scale (1/grad_accum_steps, loss scale).
+    softmax_crossentropy_backward(dlogits, probs_, targets_, dloss_scale / N, N, V);
+    std::memset(d.dln, 0, NC * sizeof(float));
+    linear_bwd(d.dln, wte_, kNoBias, dlogits, lnf_, C, V);
+    const void* x_last = cfg_.n_layers > 0 ? acts_.back().res3 : encoded_;
+    layernorm_bwd(d.dres, lnf_w_, lnf_b_, d.dln, x_last, lnf_mean_, lnf_rstd_);
+    arena.release_to(head_mark_);  // final LayerNorm, probabilities, dlogits
+  }
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
-    const Layer& L = layers_[l];
-    LayerActs& a = acts_[l];
-    const float* x = l > 0 ? acts_[l - 1].res3 : encoded_;
-    // res3 = res2 + mlp(ln2(res2)): dres flows to both; the MLP branch adds into dres.
-    std::memset(dgelu, 0, 4 * NC * sizeof(float));
-    matmul_backward(dgelu, g(L.fcp_w), g(L.fcp_b), dres, a.fch_gelu, p(L.fcp_w), N, 4 * C, C);
-    std::memset(dfch, 0, 4 * NC * sizeof(float));
-    gelu_backward(dfch, a.fch, dgelu, 4 * NC);
-    std::memset(dln, 0, NC * sizeof(float));
-    matmul_backward(dln, g(L.fc_w), g(L.fc_b), dfch, a.ln2, p(L.fc_w), N, C, 4 * C);
-    layernorm_backward(dres, g(L.ln2_w), g(L.ln2_b), dln, a.res2, p(L.ln2_w), a.ln2_mean,
-                       a.ln2_rstd, N, C);
-    // res2 = x + proj(attn(ln1(x)))
-    std::memset(datty, 0, NC * sizeof(float));
-    matmul_backward(datty, g(L.proj_w), g(L.proj_b), dres, a.atty, p(L.proj_w), N, C, C);
-    std::memset(dqkv, 0, 3 * NC * sizeof(float));
-    attention_backward(dqkv, datty, a.qkv, a.att, B, T, C, NH);
-    std::memset(dln, 0, NC * sizeof(float));
-    matmul_backward(dln, g(L.qkv_w), g(L.qkv_b), dqkv, a.ln1, p(L.qkv_w), N, C, 3 * C);
-    layernorm_backward(dres, g(L.ln1_w), g(L.ln1_b), dln, x, p(L.ln1_w), a.ln1_mean,
-                       a.ln1_rstd, N, C);
+    const void* x = l > 0 ? acts_[l - 1].res3 : encoded_;
+    const Keep k = keep(l);
+    LayerActs a = acts_[l];
+    if (k != Keep::all) {
+      const int64_t t0 = steady_now_ns();
+      if (k == Keep::input) a.res3 = nullptr;  // not needed: skip the last GEMM
+      alloc_missing(a, k);
+      recompute_block(l, x, a, k);
+      recompute_ms_ += double(steady_now_ns() - t0) / 1e6;
+    }
+    block_backward(l, x, a, d);
+    arena.release_to(layer_marks_[l]);  // this block's activations and rebuilt tensors
     if (layer_done) layer_done(l);
   }
-  encoder_backward(g(wte_), g(wpe_), dres, inputs_, B, T, C);
+  encoder_backward(g(wte_), g(wpe_), d.dres, inputs_, B, T, C);
   if (layer_done) layer_done(-1);
   arena.release_to(forward_mark_);
+  d_ = DBufs{};
 }
 
 std::pair<size_t, size_t> Gpt::layer_range(int layer) const {
