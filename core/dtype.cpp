@@ -129,13 +129,35 @@ void fp16_to_fp32(const uint16_t* in, float* out, size_t n) {
 #pragma GCC diagnostic pop
 
 // bf16 has no usable x86 instruction: AVX512-BF16's vcvtneps2bf16 flushes subnormals to
-// zero. The scalar bodies are branch-free enough for the compiler to vectorise.
+// zero, so the rounding is done with integer ops.
+// The AVX-512 loops below are the scalar functions written with integer vector ops.
 void fp32_to_bf16(const float* in, uint16_t* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = fp32_to_bf16(in[i]);
+  size_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i round = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  for (; i + 16 <= n; i += 16) {
+    const __m512i bits = _mm512_loadu_si512(in + i);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, abs_mask), inf);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, round), lsb), 16);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(bits, 16), quiet));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi32_epi16(r));
+  }
+#endif
+  for (; i < n; ++i) out[i] = fp32_to_bf16(in[i]);
 }
 
 void bf16_to_fp32(const uint16_t* in, float* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(in[i]);
+  size_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    _mm512_storeu_si512(out + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+#endif
+  for (; i < n; ++i) out[i] = bf16_to_fp32(in[i]);
 }
 
 }  // namespace ringstep

@@ -52,6 +52,10 @@ class StepTimer {
     times_.*field += double(t1 - t0) / 1e6;
     return t1;
   }
+  // Adds MS measured elsewhere (the model's own recompute clock) to FIELD.
+  void add_ms(double PhaseTimes::*field, double ms) {
+    if (enabled_) times_.*field += ms;
+  }
   // Closes the step: comm numbers come from the comm engine's own spans and waits.
   const PhaseTimes& end_step(double comm_ms, double comm_exposed_ms) {
     if (enabled_) {

@@ -209,14 +209,26 @@ static const void* offset(const void* act, size_t elems, size_t esize) {
 
 // --- ops on stored activations ---------------------------------------------------------
 
+// The 16-bit path converts row blocks of this many rows at a time, so its fp32 scratch is
+// a block's, never a whole tensor's (the arena peak must show 16-bit storage).
+constexpr int kRowBlock = 256;
+
 void Gpt::layernorm_fwd(void* out, float* mean, float* rstd, const void* in, size_t w, size_t b) {
   const int N = B_ * T_, C = cfg_.d_model;
-  const size_t n = size_t(N) * C;
-  Scratch s(*arena_);
-  const float* x = load(in, n);
-  float* y = out_f32(out, n);
-  layernorm_forward(y, mean, rstd, x, p(w), p(b), N, C);
-  store(out, y, n);
+  if (!half()) {
+    layernorm_forward(static_cast<float*>(out), mean, rstd, static_cast<const float*>(in), p(w),
+                      p(b), N, C);
+    return;
+  }
+  for (int r0 = 0; r0 < N; r0 += kRowBlock) {
+    const int rows = std::min(kRowBlock, N - r0);
+    const size_t at = size_t(r0) * C, n = size_t(rows) * C;
+    Scratch s(*arena_);
+    const float* x = load(offset(in, at, esize()), n);
+    float* y = arena_->alloc_floats(n);
+    layernorm_forward(y, mean + r0, rstd + r0, x, p(w), p(b), rows, C);
+    store(offset(out, at, esize()), y, n);
+  }
 }
 
 void Gpt::linear_fwd(float* out, const void* in, size_t w, size_t b, int C, int OC) {
@@ -232,6 +244,31 @@ void Gpt::linear_fwd(float* out, const void* in, size_t w, size_t b, int C, int 
          C, b == kNoBias ? 0.0f : 1.0f, out, OC);
 }
 
+void Gpt::linear_fwd_act(void* out, const void* in, size_t w, size_t b, int C, int OC,
+                         const void* residual) {
+  const int N = B_ * T_;
+  if (!half()) {
+    float* y = static_cast<float*>(out);
+    matmul_forward(y, static_cast<const float*>(in), p(w), p(b), N, C, OC);
+    if (residual != nullptr)
+      residual_forward(y, static_cast<const float*>(residual), y, size_t(N) * OC);
+    return;
+  }
+  for (int r0 = 0; r0 < N; r0 += kRowBlock) {
+    const int rows = std::min(kRowBlock, N - r0);
+    const size_t n = size_t(rows) * OC;
+    Scratch s(*arena_);
+    float* y = arena_->alloc_floats(n);
+    for (int r = 0; r < rows; ++r) std::memcpy(y + size_t(r) * OC, p(b), OC * sizeof(float));
+    gemm16(opt_.act_dtype, false, true, rows, OC, C, 1.0f,
+           static_cast<const uint16_t*>(offset(in, size_t(r0) * C, esize())), C, p16(w), C, 1.0f,
+           y, OC);
+    if (residual != nullptr)
+      residual_forward(y, load(offset(residual, size_t(r0) * OC, esize()), n), y, n);
+    store(offset(out, size_t(r0) * OC, esize()), y, n);
+  }
+}
+
 void Gpt::linear_bwd(float* din, size_t w, size_t b, const float* dout, const void* in, int C,
                      int OC) {
   const int N = B_ * T_;
@@ -241,19 +278,24 @@ void Gpt::linear_bwd(float* din, size_t w, size_t b, const float* dout, const vo
     return;
   }
   // The gradient operand is rounded to 16 bits like the activations (in fp16 a value past
-  // 65504 becomes inf here, which is what the loss scaler looks for).
-  Scratch s(*arena_);
-  auto* d16 = static_cast<uint16_t*>(arena_->alloc_bytes(size_t(N) * OC * sizeof(uint16_t)));
-  from_f32(opt_.act_dtype, dout, d16, size_t(N) * OC);
+  // 65504 becomes inf here, which is what the loss scaler looks for). Row blocks in a fixed
+  // order: dweight sums the blocks' products in that order, the same on every call.
   const DType dt = opt_.act_dtype;
-  if (din != nullptr) gemm16(dt, false, false, N, C, OC, 1.0f, d16, OC, p16(w), C, 1.0f, din, C);
-  gemm16(dt, true, false, OC, C, N, 1.0f, d16, OC, static_cast<const uint16_t*>(in), C, 1.0f,
-         g(w), C);
-  if (b != kNoBias) {
-    float* db = g(b);
-    for (int n = 0; n < N; ++n) {
-      const float* row = dout + size_t(n) * OC;
-      for (int o = 0; o < OC; ++o) db[o] += row[o];
+  for (int r0 = 0; r0 < N; r0 += kRowBlock) {
+    const int rows = std::min(kRowBlock, N - r0);
+    const float* dy = dout + size_t(r0) * OC;
+    Scratch s(*arena_);
+    auto* d16 = static_cast<uint16_t*>(arena_->alloc_bytes(size_t(rows) * OC * sizeof(uint16_t)));
+    from_f32(dt, dy, d16, size_t(rows) * OC);
+    if (din != nullptr)
+      gemm16(dt, false, false, rows, C, OC, 1.0f, d16, OC, p16(w), C, 1.0f,
+             din + size_t(r0) * C, C);
+    gemm16(dt, true, false, OC, C, rows, 1.0f, d16, OC,
+           static_cast<const uint16_t*>(offset(in, size_t(r0) * C, esize())), C, 1.0f, g(w), C);
+    if (b != kNoBias) {
+      float* db = g(b);
+      for (int r = 0; r < rows; ++r)
+        for (int o = 0; o < OC; ++o) db[o] += dy[size_t(r) * OC + o];
     }
   }
 }
@@ -295,19 +337,51 @@ void Gpt::attention_bwd(float* dqkv, const float* datty, const void* qkv, const 
 }
 
 void Gpt::gelu_fwd(void* out, const void* in, size_t n) {
-  Scratch s(*arena_);
-  const float* x = load(in, n);
-  float* y = out_f32(out, n);
-  gelu_forward(y, x, n);
-  store(out, y, n);
+  if (!half()) {
+    gelu_forward(static_cast<float*>(out), static_cast<const float*>(in), n);
+    return;
+  }
+  const size_t block = size_t(kRowBlock) * cfg_.d_model;
+  for (size_t i = 0; i < n; i += block) {
+    const size_t len = std::min(block, n - i);
+    Scratch s(*arena_);
+    const float* x = load(offset(in, i, esize()), len);
+    float* y = arena_->alloc_floats(len);
+    gelu_forward(y, x, len);
+    store(offset(out, i, esize()), y, len);
+  }
+}
+
+void Gpt::gelu_bwd(float* d, const void* in, size_t n) {
+  if (!half()) {
+    gelu_backward_inplace(d, static_cast<const float*>(in), n);
+    return;
+  }
+  const size_t block = size_t(kRowBlock) * cfg_.d_model;
+  for (size_t i = 0; i < n; i += block) {
+    const size_t len = std::min(block, n - i);
+    Scratch s(*arena_);
+    gelu_backward_inplace(d + i, load(offset(in, i, esize()), len), len);
+  }
 }
 
 void Gpt::layernorm_bwd(float* dres, size_t w, size_t b, const float* dout, const void* in,
                         const float* mean, const float* rstd) {
   const int N = B_ * T_, C = cfg_.d_model;
-  Scratch s(*arena_);
-  const float* x = load(in, size_t(N) * C);
-  layernorm_backward(dres, g(w), g(b), dout, x, p(w), mean, rstd, N, C);
+  if (!half()) {
+    layernorm_backward(dres, g(w), g(b), dout, static_cast<const float*>(in), p(w), mean, rstd, N,
+                       C);
+    return;
+  }
+  // Row blocks in order: dweight and dbias add the rows in the same order as one call.
+  for (int r0 = 0; r0 < N; r0 += kRowBlock) {
+    const int rows = std::min(kRowBlock, N - r0);
+    const size_t at = size_t(r0) * C;
+    Scratch s(*arena_);
+    layernorm_backward(dres + at, g(w), g(b), dout + at,
+                       load(offset(in, at, esize()), size_t(rows) * C), p(w), mean + r0,
+                       rstd + r0, rows, C);
+  }
 }
 
 // --- blocks ------------------------------------------------------------------------------
@@ -317,36 +391,14 @@ void Gpt::block_forward(int l, const void* x, LayerActs& a) {
   const int C = cfg_.d_model;
   const size_t NC = size_t(B_) * T_ * C;
   layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, x, L.ln1_w, L.ln1_b);
-  {
-    Scratch s(*arena_);
-    float* y = out_f32(a.qkv, 3 * NC);
-    linear_fwd(y, a.ln1, L.qkv_w, L.qkv_b, C, 3 * C);
-    store(a.qkv, y, 3 * NC);
-  }
+  linear_fwd_act(a.qkv, a.ln1, L.qkv_w, L.qkv_b, C, 3 * C, nullptr);
   attention_fwd(a.atty, a.att, a.qkv);
-  {
-    Scratch s(*arena_);
-    float* y = out_f32(a.res2, NC);
-    linear_fwd(y, a.atty, L.proj_w, L.proj_b, C, C);
-    residual_forward(y, load(x, NC), y, NC);
-    store(a.res2, y, NC);
-  }
+  linear_fwd_act(a.res2, a.atty, L.proj_w, L.proj_b, C, C, x);  // res2 = x + proj(atty)
   layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, L.ln2_w, L.ln2_b);
-  {
-    Scratch s(*arena_);
-    float* y = out_f32(a.fch, 4 * NC);
-    linear_fwd(y, a.ln2, L.fc_w, L.fc_b, C, 4 * C);
-    store(a.fch, y, 4 * NC);
-  }
+  linear_fwd_act(a.fch, a.ln2, L.fc_w, L.fc_b, C, 4 * C, nullptr);
   gelu_fwd(a.fch_gelu, a.fch, 4 * NC);
   if (a.res3 == nullptr) return;  // full recompute: backward needs everything but the output
-  {
-    Scratch s(*arena_);
-    float* y = out_f32(a.res3, NC);
-    linear_fwd(y, a.fch_gelu, L.fcp_w, L.fcp_b, 4 * C, C);
-    residual_forward(y, load(a.res2, NC), y, NC);
-    store(a.res3, y, NC);
-  }
+  linear_fwd_act(a.res3, a.fch_gelu, L.fcp_w, L.fcp_b, 4 * C, C, a.res2);
 }
 
 // Rebuilds the tensors forward did not keep, with the same ops on the same stored inputs,
@@ -373,23 +425,22 @@ void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& 
   const int C = cfg_.d_model;
   const size_t NC = size_t(B_) * T_ * C;
   // res3 = res2 + mlp(ln2(res2)): dres flows to both; the MLP branch adds into dres.
-  std::memset(d.dgelu, 0, 4 * NC * sizeof(float));
-  linear_bwd(d.dgelu, L.fcp_w, L.fcp_b, d.dres, a.fch_gelu, 4 * C, C);
-  std::memset(d.dfch, 0, 4 * NC * sizeof(float));
-  {
-    Scratch s(*arena_);
-    gelu_backward(d.dfch, load(a.fch, 4 * NC), d.dgelu, 4 * NC);
-  }
+  // d.big holds dGELU, then (in place) dfc, then dqkv | datty.
+  float* dh = d.big;
+  std::memset(dh, 0, 4 * NC * sizeof(float));
+  linear_bwd(dh, L.fcp_w, L.fcp_b, d.dres, a.fch_gelu, 4 * C, C);
+  gelu_bwd(dh, a.fch, 4 * NC);
   std::memset(d.dln, 0, NC * sizeof(float));
-  linear_bwd(d.dln, L.fc_w, L.fc_b, d.dfch, a.ln2, C, 4 * C);
+  linear_bwd(d.dln, L.fc_w, L.fc_b, dh, a.ln2, C, 4 * C);
   layernorm_bwd(d.dres, L.ln2_w, L.ln2_b, d.dln, a.res2, a.ln2_mean, a.ln2_rstd);
   // res2 = x + proj(attn(ln1(x)))
-  std::memset(d.datty, 0, NC * sizeof(float));
-  linear_bwd(d.datty, L.proj_w, L.proj_b, d.dres, a.atty, C, C);
-  std::memset(d.dqkv, 0, 3 * NC * sizeof(float));
-  attention_bwd(d.dqkv, d.datty, a.qkv, a.att);
+  float* dqkv = d.big;
+  float* datty = d.big + 3 * NC;
+  std::memset(d.big, 0, 4 * NC * sizeof(float));
+  linear_bwd(datty, L.proj_w, L.proj_b, d.dres, a.atty, C, C);
+  attention_bwd(dqkv, datty, a.qkv, a.att);
   std::memset(d.dln, 0, NC * sizeof(float));
-  linear_bwd(d.dln, L.qkv_w, L.qkv_b, d.dqkv, a.ln1, C, 3 * C);
+  linear_bwd(d.dln, L.qkv_w, L.qkv_b, dqkv, a.ln1, C, 3 * C);
   layernorm_bwd(d.dres, L.ln1_w, L.ln1_b, d.dln, x, a.ln1_mean, a.ln1_rstd);
 }
 
@@ -414,10 +465,7 @@ float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int
   if (for_backward) {
     d_.dres = arena.alloc_floats(NC);
     d_.dln = arena.alloc_floats(NC);
-    d_.dqkv = arena.alloc_floats(3 * NC);
-    d_.datty = arena.alloc_floats(NC);
-    d_.dfch = arena.alloc_floats(4 * NC);
-    d_.dgelu = arena.alloc_floats(4 * NC);
+    d_.big = arena.alloc_floats(4 * NC);
   }
   encoded_ = alloc_act(NC);
   {

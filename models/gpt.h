@@ -125,12 +125,16 @@ class Gpt {
   void attention_fwd(void* atty, void* att, const void* qkv);
   void attention_bwd(float* dqkv, const float* datty, const void* qkv, const void* att);
   void gelu_fwd(void* out, const void* in, size_t n);
+  void gelu_bwd(float* d, const void* in, size_t n);
+  // Writes act OUT = IN @ W^T + B (+ RESIDUAL if not null).
+  void linear_fwd_act(void* out, const void* in, size_t w, size_t b, int C, int OC,
+                      const void* residual);
   void layernorm_bwd(float* dres, size_t w, size_t b, const float* dout, const void* in,
                      const float* mean, const float* rstd);
 
   // Backward's fp32 buffers for gradients w.r.t. activations.
   struct DBufs {
-    float *dres, *dln, *dqkv, *datty, *dfch, *dgelu;
+    float *dres, *dln, *big;  // big: 4NC, shared by the MLP's and attention's gradients
   };
   float run_forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
                     bool for_backward);

@@ -8,6 +8,7 @@
 #include "comm/communicator.h"
 #include "comm/engine.h"
 #include "models/gpt.h"
+#include "optim/loss_scaler.h"
 #include "train/report.h"  // percentile
 
 namespace ringstep {
@@ -107,6 +108,17 @@ GradSync::Result GradSync::finish() {
   }
   r.comm_ms = in_flight_ns / 1e6;
   return r;
+}
+
+bool GradSync::any_rank(bool flag) {
+  if (world_ == 1) return flag;
+  bool any = flag;
+  engine_
+      ->enqueue({"allreduce", (1u << 20) + 2, 1, DType::f32},
+                [&](Communicator& c) { any = LossScaler::agree_found(flag, &c); })
+      .wait();
+  engine_->drain_spans();  // bookkeeping traffic, not gradient communication
+  return any;
 }
 
 GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {

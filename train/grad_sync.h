@@ -63,6 +63,8 @@ class GradSync {
   std::function<void(int)> layer_hook();
   Result finish();
   StepView agree(float loss, const PhaseTimes& local);
+  // True if FLAG is true on any rank (the loss scaler's inf/NaN agreement; a collective).
+  bool any_rank(bool flag);
   // Compares a checksum of every rank's parameters; throws CommError naming the ranks
   // whose parameters differ from rank 0's (replicas diverged: a bug or a bad reduction).
   void check_replicas(const float* params, size_t n, int step);

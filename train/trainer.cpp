@@ -10,6 +10,7 @@
 
 #include "core/arena.h"
 #include "core/cpu/blas_env.h"
+#include "core/cpu/gemm16.h"
 #include "core/cpu/peak.h"
 #include "core/error.h"
 #include "core/profiler.h"
@@ -18,6 +19,7 @@
 #include "models/gpt.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
+#include "optim/loss_scaler.h"
 #include "optim/schedule.h"
 #include "train/data.h"
 #include "train/grad_sync.h"
@@ -46,6 +48,50 @@ struct Evaluator {
   }
 };
 
+// The precision and recompute lines of the header, with Korthikanti et al. (2022)'s estimate
+// of activation bytes per block (docs/metrics.md: 16·sbh + a·s²·b values without dropout).
+void print_precision_header(const Config& cfg, const Gpt& model, const LossScaler& scaler, int B,
+                            int T) {
+  const GptOptions& o = model.options();
+  const ModelConfig& mc = model.config();
+  const bool half = o.act_dtype != DType::f32;
+  std::printf("  precision  %s activations%s, fp32 master weights, gradients and AdamW; loss "
+              "scale %s",
+              dtype_name(o.act_dtype),
+              half ? (std::string(" and matrix-product inputs (kernel ") +
+                      cpu::gemm16_kernel(o.act_dtype) + ", fp32 accumulate)")
+                         .c_str()
+                   : "",
+              scaler.mode().c_str());
+  if (scaler.mode() == "dynamic")
+    std::printf(" (initial %g, x%g every %d clean steps, x%g on overflow, hysteresis %d, min %g)",
+                scaler.scale(), cfg.precision.loss_scale.growth_factor,
+                cfg.precision.loss_scale.growth_interval, cfg.precision.loss_scale.backoff_factor,
+                cfg.precision.loss_scale.hysteresis, cfg.precision.loss_scale.min_scale);
+  else if (scaler.mode() == "static")
+    std::printf(" (static %g)", scaler.scale());
+  std::printf("\n");
+  const double sbh = double(B) * T * mc.d_model, as2b = double(mc.n_heads) * T * T * B;
+  const double bytes = double(dtype_size(o.act_dtype));
+  const double full_layer = (16 * sbh + as2b) * bytes;
+  double kept = 0;
+  int recomputed = 0;
+  for (int l = 0; l < mc.n_layers; ++l) {
+    recomputed += model.layer_recomputed(l);
+    if (o.recompute == RecomputePolicy::selective)
+      kept += 10 * sbh * bytes;  // Q K V, attention output, residual, MLP hidden, block output
+    else
+      kept += model.layer_recomputed(l) ? sbh * bytes : full_layer;
+  }
+  std::printf("  recompute  %s", cfg.recompute.policy.c_str());
+  if (o.recompute == RecomputePolicy::every_k) std::printf(" (k = %d)", o.recompute_k);
+  if (recomputed > 0) std::printf(": %d of %d blocks rebuilt in backward", recomputed, mc.n_layers);
+  std::printf(
+      "\n  act est.   Korthikanti et al. 2022 (no dropout): %.2f MiB per block kept whole, "
+      "%.2f MiB kept by %d blocks under this policy; measured arena peak in each step line\n",
+      full_layer / 1048576.0, kept / 1048576.0, mc.n_layers);
+}
+
 }  // namespace
 
 TrainOutcome train(const Config& cfg, Communicator* comm) {
@@ -60,8 +106,6 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       throw InputError(cfg.source_path + ": " + key + ": '" + value +
                        "' is not implemented yet in this build; use " + supported);
   };
-  not_yet(cfg.precision.dtype != "fp32", "precision.dtype", cfg.precision.dtype, "fp32");
-  not_yet(cfg.recompute.policy != "none", "recompute.policy", cfg.recompute.policy, "none");
   not_yet(cfg.optimizer.name != "adamw", "optimizer.name", cfg.optimizer.name, "adamw");
   not_yet(cfg.comm.backend != "mpi", "comm.backend", cfg.comm.backend, "mpi");
   not_yet(cfg.run.device != "cpu", "run.device", cfg.run.device, "cpu");
@@ -95,8 +139,12 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
                                  ? cfg.profile.peak_gflops
                                  : measure_sgemm_gflops(2048, 5, threads) * threads;
 
-  Gpt model(mc);
+  const GptOptions gopt{parse_dtype(cfg.precision.dtype),
+                        parse_recompute_policy(cfg.recompute.policy), cfg.recompute.k};
+  Gpt model(mc, gopt);
   model.init(cfg.run.seed);
+  LossScaler scaler(cfg.precision);
+  const std::string scale_warning = loss_scale_warning(cfg.precision);
   AdamW opt(model.registry(), {cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
                                cfg.train.weight_decay});
   LrSchedule sched{cfg.train.schedule, cfg.train.lr, cfg.train.min_lr_ratio, cfg.train.warmup_steps,
@@ -112,6 +160,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   }
 
   const double flops_per_token = model.model_flops_per_token();
+  const double hw_flops_per_token = flops_per_token + model.recompute_flops_per_token();
   const double tokens_per_step = double(B) * T * accum * world;
   const size_t param_bytes = model.params().bytes();
   if (lead) {
@@ -141,9 +190,11 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
                 cfg.profile.peak_gflops > 0 ? "from config" : "measured: 1-thread SGEMM x threads");
     std::printf(
         "  memory     params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, activation arena "
-        "%.2f MiB\n",
+        "%.2f MiB reserved\n",
         param_bytes / 1048576.0, param_bytes / 1048576.0, opt.state_bytes() / 1048576.0,
         arena.capacity_bytes() / 1048576.0);
+    print_precision_header(cfg, model, scaler, B, T);
+    if (!scale_warning.empty()) std::printf("  warning    %s\n", scale_warning.c_str());
     if (world > 1) {
       std::printf("  comm       %s AllReduce over %s, %zu buckets of <= %.2f MiB, overlap %s\n",
                   cfg.comm.allreduce.c_str(), cfg.comm.backend.c_str(), sync.buckets().size(),
@@ -166,6 +217,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   double comm_ms_total = 0, comm_exposed_total = 0, step_ms_total = 0;
   float last_val = NAN;
   TraceRecorder trace;
+  std::string stop_reason;
   StepTimer timer(cfg.profile.enabled);
   const auto t_loop = SteadyClock::now();
   for (int step = 0; step < cfg.train.steps; ++step) {
@@ -190,9 +242,11 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       phase(&PhaseTimes::forward, "forward", t0);
       t0 = timer.mark();
       const bool last = micro == accum - 1;
-      // The loss of each micro-batch is divided by grad_accum_steps.
-      model.backward(1.0f / accum, arena, last ? sync.layer_hook() : nullptr);
+      // The loss of each micro-batch is divided by grad_accum_steps and multiplied by the
+      // loss scale (1 unless fp16 scaling is on).
+      model.backward(float(scaler.scale() / accum), arena, last ? sync.layer_hook() : nullptr);
       phase(&PhaseTimes::backward, "backward", t0);
+      timer.add_ms(&PhaseTimes::recompute, model.last_recompute_ms());
     }
     const int64_t t_wait = timer.mark();
     const GradSync::Result red = sync.finish();  // waits; gradients averaged over ranks
@@ -203,12 +257,26 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
                    step + 1, s.bytes);
     }
 
-    const int64_t t0 = timer.mark();
-    const double norm = std::sqrt(sum_squares(model.grads().data(), model.grads().size()));
-    const double lr = sched.at(step);
-    opt.step(model.params().data(), model.grads().data(), lr,
-             clip_coefficient(norm, cfg.train.grad_clip));
-    phase(&PhaseTimes::optimizer, "optimizer", t0);
+    int64_t t0 = timer.mark();
+    // Loss scaler (docs/precision.md): unscale and look for inf/NaN in one pass, agree on
+    // the flag across ranks, then step or skip. A skipped step leaves the parameters, the
+    // moments, Adam's step count and the LR schedule's position as they were.
+    const double scale_used = scaler.scale();
+    const bool found_local = scaler.unscale_and_check(model.grads().data(), model.grads().size());
+    const bool found = sync.any_rank(found_local);
+    phase(&PhaseTimes::optimizer, "unscale + check", t0);
+    const bool applied = scaler.update(found);
+    const double lr = sched.at(int(opt.step_count()));
+    double norm = NAN;
+    t0 = timer.mark();
+    if (applied) {
+      norm = std::sqrt(sum_squares(model.grads().data(), model.grads().size()));
+      opt.step(model.params().data(), model.grads().data(), lr,
+               clip_coefficient(norm, cfg.train.grad_clip));
+      phase(&PhaseTimes::optimizer, "optimizer", t0);
+    }
+    out.loss_scales.push_back(scale_used);
+    if (!applied) ++out.skipped_steps;
     if (traced && step + 1 == window[1])
       trace.write(cfg.run.out_dir + "/trace/rank-" + std::to_string(rank) + ".json", rank);
     const PhaseTimes& pt = timer.end_step(red.comm_ms, red.exposed_ms);
@@ -224,8 +292,12 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
         const float loss = sync.agree(float(loss_sum / accum), pt).mean_loss;
         out.losses.push_back(loss);
         if (lead)
-          std::printf("step %d/%d | loss %.4f | lr %.2e (profiler off)\n", step + 1,
-                      cfg.train.steps, loss, lr);
+          std::printf("step %d/%d | loss %.4f | lr %.2e%s (profiler off)\n", step + 1,
+                      cfg.train.steps, loss, lr, applied ? "" : " | SKIPPED");
+      }
+      if (scaler.should_stop()) {
+        stop_reason = scaler.stop_message();
+        break;
       }
       continue;
     }
@@ -243,6 +315,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     const double tok_s = tokens_per_step / (step_ms / 1e3);
     const double gflops = flops_per_token * tok_s / 1e9 / world;  // per rank
     const double mfu = gflops / peak_gflops;
+    const double hw_gflops = hw_flops_per_token * tok_s / 1e9 / world;
     if (lead) {
       json rec;
       rec["step"] = step + 1;
@@ -250,9 +323,9 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       if (do_eval) rec["val_loss"] = last_val;
       rec["lr"] = lr;
       rec["tokens"] = tokens_per_step;
-      rec["grad_norm"] = norm;
-      rec["loss_scale"] = 1.0;
-      rec["skipped"] = false;
+      rec["grad_norm"] = applied ? json(norm) : json(nullptr);  // not computed when skipped
+      rec["loss_scale"] = scale_used;
+      rec["skipped"] = !applied;
       rec["time_ms"] = {{"step", round_to(slow.step, 1e-3)},
                         {"data", round_to(slow.data, 1e-3)},
                         {"forward", round_to(slow.forward, 1e-3)},
@@ -266,7 +339,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       rec["tokens_per_s"] = round_to(tok_s, 0.1);
       rec["model_gflops"] = round_to(gflops, 1e-3);
       rec["mfu"] = round_to(mfu, 1e-4);
-      rec["hardware_gflops"] = round_to(gflops, 1e-3);  // = model: no recomputed forward yet
+      rec["hardware_gflops"] = round_to(hw_gflops, 1e-3);
       rec["comm_bytes"] = red.bytes;
       // Achieved bus bandwidth of the gradient reduction (nccl-tests' busbw, docs/metrics.md).
       rec["comm_busbw_gbs"] =
@@ -282,17 +355,30 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       if (log_step) {
         std::printf("step %d/%d | loss %.4f", step + 1, cfg.train.steps, loss);
         if (do_eval) std::printf(" | val %.4f", last_val);
+        std::printf(" | lr %.2e", lr);
+        if (applied)
+          std::printf(" | gnorm %.3f", norm);
+        else
+          std::printf(" | SKIPPED (inf/NaN gradients)");
+        if (scaler.mode() != "none") std::printf(" | scale %g", scale_used);
+        std::printf(" | %.1f ms (data %.1f fwd %.1f bwd %.1f", slow.step, slow.data, slow.forward,
+                    slow.backward);
+        if (slow.recompute > 0) std::printf(" [recompute %.1f]", slow.recompute);
         std::printf(
-            " | lr %.2e | gnorm %.3f | %.1f ms (data %.1f fwd %.1f bwd %.1f opt %.1f "
-            "comm %.1f exposed %.1f) | %s tok/s | %.1f GFLOP/s | MFU %.1f%% | act %.1f MiB\n",
-            lr, norm, slow.step, slow.data, slow.forward, slow.backward, slow.optimizer, slow.comm,
-            slow.comm_exposed, human_count(tok_s).c_str(), gflops, 100 * mfu,
-            arena.peak_bytes() / 1048576.0);
+            " opt %.1f comm %.1f exposed %.1f) | %s tok/s | %.1f GFLOP/s | MFU %.1f%% | act "
+            "%.1f MiB\n",
+            slow.optimizer, slow.comm, slow.comm_exposed, human_count(tok_s).c_str(), gflops,
+            100 * mfu, arena.peak_bytes() / 1048576.0);
         if (view.straggler >= 0)
           std::printf("  straggler: rank %d busy %.0f%% above the median for %d+ steps in a row\n",
                       view.straggler, 100 * (view.straggler_ratio - 1), GradSync::kStragglerSteps);
         std::fflush(stdout);
       }
+    }
+    // Every rank saw the same agreed flags, so every rank stops at the same step.
+    if (scaler.should_stop()) {
+      stop_reason = scaler.stop_message();
+      break;
     }
   }
 
@@ -311,19 +397,25 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     std::vector<double> steady(step_ms_all.begin() + warm, step_ms_all.end());
     // Wall time of the whole loop (evaluations included), the same with the profiler on or
     // off: what the profiler-overhead benchmark compares.
-    const double wall_tok_s = tokens_per_step * cfg.train.steps / loop_s;
+    const double wall_tok_s = tokens_per_step * double(out.loss_scales.size()) / loop_s;
     const double p50 = steady.empty() ? 0.0 : percentile(steady, 0.5);
     const double tok_s = steady.empty() ? wall_tok_s : tokens_per_step / (p50 / 1e3);
     json sum;
     sum["profile_enabled"] = cfg.profile.enabled;
-    sum["steps"] = cfg.train.steps;
+    sum["steps"] = int(out.loss_scales.size());
     sum["world"] = world;
     sum["threads"] = threads;
     sum["final_loss"] = out.losses.empty() ? 0.0f : out.losses.back();
     sum["final_val_loss"] = out.final_val_loss;
     sum["entropy_rate"] = std::isnan(info.entropy_rate) ? json(nullptr) : json(info.entropy_rate);
     sum["entropy_floor"] = std::isnan(info.window_floor) ? json(nullptr) : json(info.window_floor);
-    sum["skipped_steps"] = 0;
+    sum["skipped_steps"] = scaler.state().skipped_total;
+    sum["optimizer_steps"] = opt.step_count();
+    sum["precision"] = cfg.precision.dtype;
+    sum["loss_scale_mode"] = scaler.mode();
+    sum["loss_scale_final"] = scaler.scale();
+    sum["recompute"] = cfg.recompute.policy;
+    sum["stopped_early"] = stop_reason.empty() ? json(nullptr) : json(stop_reason);
     sum["warmup_steps_excluded"] = warm;
     sum["step_ms_p50"] = p50;
     sum["step_ms_p90"] = percentile(steady, 0.9);
@@ -340,7 +432,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     sum["loop_wall_s"] = loop_s;
     sum["tokens_per_s_wall"] = wall_tok_s;
     write_file_atomic(run.path("summary.json"), sum.dump(2) + "\n");
-    std::printf("done: %d steps | final loss %.4f | val loss %.4f", cfg.train.steps,
+    std::printf("done: %zu steps | final loss %.4f | val loss %.4f", out.loss_scales.size(),
                 double(sum["final_loss"]), out.final_val_loss);
     if (!std::isnan(info.window_floor))
       std::printf(" | floor %.4f (gap %.4f nats)", info.window_floor,
@@ -350,8 +442,14 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
         "%.1f at end)\n",
         p50, human_count(tok_s).c_str(), 100.0 * double(sum["mfu"]), peak_best, peak_gflops,
         peak_end);
+    if (scaler.state().skipped_total > 0)
+      std::printf("  skipped %lld of %zu steps (inf/NaN gradients); loss scale now %g\n",
+                  static_cast<long long>(scaler.state().skipped_total), out.loss_scales.size(),
+                  scaler.scale());
     std::printf("  wrote %s/{config.yaml,steps.jsonl,summary.json}\n", cfg.run.out_dir.c_str());
   }
+  out.optimizer_steps = opt.step_count();
+  if (!stop_reason.empty()) throw TrainingStopped(stop_reason);
   return out;
 }
 

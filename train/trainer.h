@@ -5,6 +5,8 @@
 // config or data file leaves nothing half-written.
 #pragma once
 
+#include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,8 +17,17 @@ namespace ringstep {
 class Communicator;
 
 struct TrainOutcome {
-  std::vector<float> losses;  // training loss of each step
+  std::vector<float> losses;        // training loss of each logged step
+  std::vector<double> loss_scales;  // the loss scale each step ran with
+  int skipped_steps = 0;            // steps skipped for inf/NaN gradients
+  int64_t optimizer_steps = 0;      // steps applied (Adam's step count)
   float final_val_loss = 0;
+};
+
+// The run stopped itself (max_consecutive_skips overflowing steps in a row); the message
+// says what happened and what to try. The run directory holds every step up to there.
+struct TrainingStopped : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // Runs CFG to completion. COMM may be null (one rank). Throws InputError for bad input.

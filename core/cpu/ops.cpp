@@ -140,19 +140,35 @@ void gelu_forward(T* out, const T* inp, size_t n) {
   });
 }
 
+namespace {
+// GELU'(x) for one chunk, into DERIV: 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx,
+// du/dx = beta (1 + 3 kappa x^2).
+template <typename T>
+void gelu_derivative(T* deriv, const T* inp, Eigen::Index len) {
+  const T beta = T(kGeluBeta), kappa = T(kGeluKappa);
+  const ConstArrayMap<T> x(inp, len);
+  ArrayMap<T> d(deriv, len);
+  d = (beta * (x + kappa * x.cube())).tanh();  // tanh(u), needed twice
+  d = T(0.5) * (T(1) + d) +
+      T(0.5) * x * (T(1) - d.square()) * beta * (T(1) + T(3) * kappa * x.square());
+}
+}  // namespace
+
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
-  const T beta = T(kGeluBeta), kappa = T(kGeluKappa);
   for_each_chunk(n, [&](size_t i, Eigen::Index len) {
-    // tanh(u) is needed twice; keep it for the chunk rather than evaluate it twice.
-    alignas(64) T th_buf[kChunk];
-    ArrayMap<T> th(th_buf, len);
-    const ConstArrayMap<T> x(inp + i, len), dy(dout + i, len);
-    th = (beta * (x + kappa * x.cube())).tanh();
-    // d/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx, du/dx = beta (1 + 3 kappa x^2).
-    ArrayMap<T>(dinp + i, len) +=
-        dy * (T(0.5) * (T(1) + th) +
-              T(0.5) * x * (T(1) - th.square()) * beta * (T(1) + T(3) * kappa * x.square()));
+    alignas(64) T deriv[kChunk];
+    gelu_derivative(deriv, inp + i, len);
+    ArrayMap<T>(dinp + i, len) += ConstArrayMap<T>(dout + i, len) * ConstArrayMap<T>(deriv, len);
+  });
+}
+
+template <typename T>
+void gelu_backward_inplace(T* d, const T* inp, size_t n) {
+  for_each_chunk(n, [&](size_t i, Eigen::Index len) {
+    alignas(64) T deriv[kChunk];
+    gelu_derivative(deriv, inp + i, len);
+    ArrayMap<T>(d + i, len) *= ConstArrayMap<T>(deriv, len);
   });
 }
 
@@ -209,6 +225,7 @@ void softmax_crossentropy_backward(T* dlogits, const T* probs, const int32_t* ta
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int); \
   template void gelu_forward<T>(T*, const T*, size_t);                                       \
   template void gelu_backward<T>(T*, const T*, const T*, size_t);                            \
+  template void gelu_backward_inplace<T>(T*, const T*, size_t);                              \
   template void residual_forward<T>(T*, const T*, const T*, size_t);                         \
   template void residual_backward<T>(T*, T*, const T*, size_t);                              \
   template void softmax_crossentropy_forward<T>(T*, T*, const T*, const int32_t*, int, int); \

@@ -56,6 +56,9 @@ template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
+// d = d * GELU'(inp), in place: the same values gelu_backward adds into a zeroed dinp.
+template <typename T>
+void gelu_backward_inplace(T* d, const T* inp, size_t n);
 
 // out = a + b
 template <typename T>

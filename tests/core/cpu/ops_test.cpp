@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -388,6 +389,24 @@ TEST(Ops, GeluBackwardMatchesFiniteDifferences) {
   backward();
   expect_close(dinp, numeric_grad(inp, loss), kFdTol, "gelu dinp");
   expect_accumulates({&dinp}, backward);
+}
+
+// The in-place form gives exactly the values the accumulating form adds into zeros (the model
+// relies on this to share one buffer between dGELU and dfc), on a length with a tail.
+TEST(Ops, GeluBackwardInPlaceEqualsAccumulateIntoZeros) {
+  const size_t n = 3000;
+  std::vector<float> x(n), dy(n);
+  std::mt19937 gen(4);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = nd(gen);
+    dy[i] = nd(gen);
+  }
+  std::vector<float> acc(n, 0.f), inplace = dy;
+  gelu_backward(acc.data(), x.data(), dy.data(), n);
+  gelu_backward_inplace(inplace.data(), x.data(), n);
+  // Equal as values (0 + -0 is +0, so memcmp could differ on signed zeros only).
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(acc[i], inplace[i]) << i;
 }
 
 TEST(Ops, GeluFloatIsFiniteInTheTails) {
