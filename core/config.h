@@ -57,8 +57,14 @@ struct TrainConfig {
   bool operator==(const TrainConfig&) const = default;
 };
 
+// Upper bound of the loss scale (initial, min_scale and dynamic growth): 2^24. The scale
+// lifts gradients out of fp16's underflow range (|x| < 2^-24); at S = 2^24 only gradients
+// below 2^-48 still underflow while any above 2^-8 overflows fp16's 65504, so a larger
+// scale can only cost skipped steps. It also keeps S and 1/S finite, normal floats.
+constexpr double kMaxLossScale = 16777216.0;
+
 struct LossScaleConfig {
-  std::string mode = "dynamic";  // dynamic | static | none
+  std::string mode = "auto";  // auto | dynamic | static | none (auto: dynamic for fp16, else none)
   double initial = 65536.0;
   double growth_factor = 2.0;
   double backoff_factor = 0.5;

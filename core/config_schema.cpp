@@ -16,6 +16,7 @@ constexpr Range at_least(double lo) { return {lo, kInf, false, false}; }
 constexpr Range above(double lo) { return {lo, kInf, true, false}; }
 constexpr Range closed(double lo, double hi) { return {lo, hi, false, false}; }
 constexpr Range half_open(double lo, double hi) { return {lo, hi, false, true}; }
+constexpr Range open_closed(double lo, double hi) { return {lo, hi, true, false}; }
 constexpr Range open(double lo, double hi) { return {lo, hi, true, true}; }
 
 #define FIELD(member) [](Config& c) -> FieldRef { return &c.member; }
@@ -53,14 +54,14 @@ const std::vector<KeySpec> kSchema = {
   {"train.check_replicas_every", Kind::Int, FIELD(train.check_replicas_every), at_least(0), {}, "check every N steps that all ranks hold identical weights; 0 = never"},
 
   {"precision.dtype", Kind::Enum, FIELD(precision.dtype), any(), {"fp32", "bf16", "fp16"}, "activation and matmul-input dtype; master weights stay fp32"},
-  {"precision.loss_scale.mode", Kind::Enum, FIELD(precision.loss_scale.mode), any(), {"dynamic", "static", "none"}, "loss scaling (used with fp16)"},
-  {"precision.loss_scale.initial", Kind::Double, FIELD(precision.loss_scale.initial), above(0), {}, "starting scale (the scale for static)"},
-  {"precision.loss_scale.growth_factor", Kind::Double, FIELD(precision.loss_scale.growth_factor), above(1), {}, "scale *= this after growth_interval clean steps"},
-  {"precision.loss_scale.backoff_factor", Kind::Double, FIELD(precision.loss_scale.backoff_factor), open(0, 1), {}, "scale *= this on overflow"},
-  {"precision.loss_scale.growth_interval", Kind::Int, FIELD(precision.loss_scale.growth_interval), at_least(1), {}, "clean steps between growths"},
-  {"precision.loss_scale.hysteresis", Kind::Int, FIELD(precision.loss_scale.hysteresis), at_least(1), {}, "overflows tolerated before backing off"},
-  {"precision.loss_scale.min_scale", Kind::Double, FIELD(precision.loss_scale.min_scale), above(0), {}, "floor for the scale; must be <= initial"},
-  {"precision.loss_scale.max_consecutive_skips", Kind::Int, FIELD(precision.loss_scale.max_consecutive_skips), at_least(1), {}, "abort after this many skipped steps in a row"},
+  {"precision.loss_scale.mode", Kind::Enum, FIELD(precision.loss_scale.mode), any(), {"auto", "dynamic", "static", "none"}, "loss scaling; auto = dynamic for fp16, none for bf16 and fp32 (they have fp32's exponent range); see docs/precision.md"},
+  {"precision.loss_scale.initial", Kind::Double, FIELD(precision.loss_scale.initial), open_closed(0, kMaxLossScale), {}, "starting scale (the scale for static); at most 2^24, see docs/precision.md"},
+  {"precision.loss_scale.growth_factor", Kind::Double, FIELD(precision.loss_scale.growth_factor), above(1), {}, "scale *= this after growth_interval clean steps in a row (never above 2^24)"},
+  {"precision.loss_scale.backoff_factor", Kind::Double, FIELD(precision.loss_scale.backoff_factor), open(0, 1), {}, "scale *= this on an overflow once hysteresis has run out (never below min_scale)"},
+  {"precision.loss_scale.growth_interval", Kind::Int, FIELD(precision.loss_scale.growth_interval), at_least(1), {}, "clean steps in a row before the scale grows"},
+  {"precision.loss_scale.hysteresis", Kind::Int, FIELD(precision.loss_scale.hysteresis), at_least(1), {}, "overflows before the first backoff; re-armed only when the scale grows"},
+  {"precision.loss_scale.min_scale", Kind::Double, FIELD(precision.loss_scale.min_scale), open_closed(0, kMaxLossScale), {}, "floor for the scale; must be <= initial"},
+  {"precision.loss_scale.max_consecutive_skips", Kind::Int, FIELD(precision.loss_scale.max_consecutive_skips), at_least(1), {}, "stop the run after this many skipped (inf/NaN) steps in a row, in every mode"},
 
   {"recompute.policy", Kind::Enum, FIELD(recompute.policy), any(), {"none", "full", "every_k", "selective"}, "activation recomputation: none, every block, every k-th block, attention only"},
   {"recompute.k", Kind::Int, FIELD(recompute.k), at_least(1), {}, "for every_k: recompute blocks whose index is a multiple of k"},

@@ -262,25 +262,6 @@ std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 
 
 std::string mib(double bytes) { return fmt("%.1f MiB", bytes / 1048576.0); }
 
-// Korthikanti et al. 2022, sec. 4.1: a block saves sbh(34 + 5as/h) bytes in fp16 with
-// dropout. Without dropout (no masks, no dropout output) that is 2(16sbh + as^2b): the
-// values ringstep's blocks keep (models/gpt.cpp layer_act_sizes, less the LayerNorm
-// statistics) at 4 bytes each in fp32, 2 in bf16/fp16. Recomputation (sec. 5): a
-// recomputed block keeps only its input (sbh values) and rebuilds the rest, one block at a
-// time, during backward; selective recomputation drops the as^2b attention terms.
-double activation_estimate_bytes(const Config& c) {
-  const double s = c.model.seq_len, b = c.train.micro_batch, h = c.model.d_model,
-               a = c.model.n_heads, L = c.model.n_layers,
-               bytes = c.precision.dtype == "fp32" ? 4 : 2;
-  const double block = bytes * (16 * s * b * h + a * s * s * b), input = bytes * s * b * h;
-  const std::string& policy = c.recompute.policy;
-  if (policy == "selective") return L * bytes * 16 * s * b * h;
-  double recomputed = 0;  // blocks 0, k, 2k, ... (every_k) or all of them (full)
-  if (policy == "full") recomputed = L;
-  if (policy == "every_k") recomputed = std::ceil(L / std::max(1, c.recompute.k));
-  return (L - recomputed) * block + recomputed * input + (recomputed > 0 ? block : 0);
-}
-
 void run_rules(ReportData& r) {
   const Config* cfg = r.has_config ? &r.config : nullptr;
   auto fire = [&](const char* id, std::string evidence, std::string advice) {
@@ -361,6 +342,26 @@ void run_rules(ReportData& r) {
 }
 
 }  // namespace
+
+// Korthikanti et al. 2022, sec. 4.1: a block saves sbh(34 + 5as/h) bytes in fp16 with
+// dropout. Without dropout (no masks, no dropout output) that is 2(16sbh + as^2b): the
+// values ringstep's blocks keep (models/gpt.cpp, less the LayerNorm statistics) at 4 bytes
+// each in fp32, 2 in bf16/fp16. Recomputation (sec. 5, docs/precision.md): a recomputed
+// block keeps only its input (sbh values) and rebuilds the rest, one block at a time,
+// during backward; selective keeps the matrix products' outputs (10sbh) and rebuilds the
+// LayerNorm and GELU outputs and the attention probabilities (6sbh + as^2b) per block.
+double activation_estimate_bytes(const Config& c) {
+  const double s = c.model.seq_len, b = c.train.micro_batch, h = c.model.d_model,
+               a = c.model.n_heads, L = c.model.n_layers,
+               bytes = c.precision.dtype == "fp32" ? 4 : 2;
+  const double block = bytes * (16 * s * b * h + a * s * s * b), input = bytes * s * b * h;
+  const std::string& policy = c.recompute.policy;
+  if (policy == "selective") return L * bytes * 10 * s * b * h + bytes * (6 * s * b * h + a * s * s * b);
+  double recomputed = 0;  // blocks 0, k, 2k, ... (every_k) or all of them (full)
+  if (policy == "full") recomputed = L;
+  if (policy == "every_k") recomputed = std::ceil(L / std::max(1, c.recompute.k));
+  return (L - recomputed) * block + recomputed * input + (recomputed > 0 ? block : 0);
+}
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;

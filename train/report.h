@@ -31,6 +31,9 @@ MachineInfo measure_machine(int threads);
 int warmup_steps_excluded(int steps);
 // The Q-quantile (0..1) by linear interpolation between order statistics (numpy's default).
 double percentile(std::vector<double> v, double q);
+// Korthikanti et al. (2022)'s activation bytes of the config's blocks (no dropout), for its
+// dtype and recompute policy (docs/metrics.md); what the arena's peak is compared with.
+double activation_estimate_bytes(const Config& c);
 // Counts for people: 950 -> "950", 13110 -> "13.1k", 10.75e6 -> "10.75M".
 std::string human_count(double x);
 

@@ -72,24 +72,22 @@ void print_precision_header(const Config& cfg, const Gpt& model, const LossScale
     std::printf(" (static %g)", scaler.scale());
   std::printf("\n");
   const double sbh = double(B) * T * mc.d_model, as2b = double(mc.n_heads) * T * T * B;
-  const double bytes = double(dtype_size(o.act_dtype));
-  const double full_layer = (16 * sbh + as2b) * bytes;
-  double kept = 0;
+  const double full_layer = (16 * sbh + as2b) * double(dtype_size(o.act_dtype));
   int recomputed = 0;
-  for (int l = 0; l < mc.n_layers; ++l) {
-    recomputed += model.layer_recomputed(l);
-    if (o.recompute == RecomputePolicy::selective)
-      kept += 10 * sbh * bytes;  // Q K V, attention output, residual, MLP hidden, block output
-    else
-      kept += model.layer_recomputed(l) ? sbh * bytes : full_layer;
-  }
+  for (int l = 0; l < mc.n_layers; ++l) recomputed += model.layer_recomputed(l);
   std::printf("  recompute  %s", cfg.recompute.policy.c_str());
   if (o.recompute == RecomputePolicy::every_k) std::printf(" (k = %d)", o.recompute_k);
-  if (recomputed > 0) std::printf(": %d of %d blocks rebuilt in backward", recomputed, mc.n_layers);
+  if (o.recompute == RecomputePolicy::selective)
+    std::printf(": every block keeps its matrix products' outputs; LayerNorm and GELU outputs "
+                "and attention probabilities are rebuilt in backward");
+  else if (recomputed > 0)
+    std::printf(": %d of %d blocks keep only their input and are rebuilt in backward", recomputed,
+                mc.n_layers);
   std::printf(
-      "\n  act est.   Korthikanti et al. 2022 (no dropout): %.2f MiB per block kept whole, "
-      "%.2f MiB kept by %d blocks under this policy; measured arena peak in each step line\n",
-      full_layer / 1048576.0, kept / 1048576.0, mc.n_layers);
+      "\n  act est.   Korthikanti et al. 2022 (no dropout): %.2f MiB per block kept whole; "
+      "%.2f MiB for the %d blocks under this policy (measured arena peak: `act` in each step "
+      "line)\n",
+      full_layer / 1048576.0, activation_estimate_bytes(cfg) / 1048576.0, mc.n_layers);
 }
 
 }  // namespace
@@ -135,11 +133,12 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
 
   const int threads = resolve_threads(cfg.run.threads, local_rank_count());
   set_compute_threads(threads);
+  const DType act_dtype = parse_dtype(cfg.precision.dtype);
   const double peak_gflops = cfg.profile.peak_gflops > 0
                                  ? cfg.profile.peak_gflops
-                                 : measure_sgemm_gflops(2048, 5, threads) * threads;
+                                 : measure_matmul_peak_gflops(act_dtype, 2048, 5, threads) * threads;
 
-  const GptOptions gopt{parse_dtype(cfg.precision.dtype),
+  const GptOptions gopt{act_dtype,
                         parse_recompute_policy(cfg.recompute.policy), cfg.recompute.k};
   Gpt model(mc, gopt);
   model.init(cfg.run.seed);
@@ -187,7 +186,12 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
                 B, accum, world, B * accum * world, tokens_per_step);
     std::printf("  compute    %d ranks, %d threads/rank, %s, peak %.1f GFLOP/s/rank (%s)\n", world,
                 threads, blas_description().c_str(), peak_gflops,
-                cfg.profile.peak_gflops > 0 ? "from config" : "measured: 1-thread SGEMM x threads");
+                cfg.profile.peak_gflops > 0
+                    ? "from config"
+                    : (std::string("measured: 1-thread ") +
+                       (act_dtype == DType::f32 ? "SGEMM" : cpu::gemm16_kernel(act_dtype)) +
+                       " x threads")
+                          .c_str());
     std::printf(
         "  memory     params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, activation arena "
         "%.2f MiB reserved\n",
@@ -388,7 +392,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   // and the summary's MFU divides by the larger of the two, so it is never flattered by a
   // slow moment at start-up.
   const double peak_end =
-      cfg.profile.peak_gflops > 0 ? peak_gflops : measure_sgemm_gflops(2048, 5, threads) * threads;
+      cfg.profile.peak_gflops > 0 ? peak_gflops : measure_matmul_peak_gflops(act_dtype, 2048, 5, threads) * threads;
   const double peak_best = std::max(peak_gflops, peak_end);
   if (lead) {
     // Steady state: the first steps (page faults, warm caches) are left out of the

@@ -3,7 +3,11 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <vector>
 
+#include "core/cpu/gemm16.h"
 #include "core/threads.h"
 
 namespace ringstep {
@@ -29,6 +33,35 @@ double measure_sgemm_gflops(int dim, int repeats, int threads_after) {
   set_compute_threads(threads_after);
   volatile float sink = c(0, 0);
   (void)sink;
+  return 2.0 * double(dim) * dim * dim / best_s / 1e9;
+}
+
+double measure_matmul_peak_gflops(DType dt, int dim, int repeats, int threads_after) {
+  if (dt == DType::f32 || std::strcmp(cpu::gemm16_kernel(dt), "fp32-sgemm") == 0)
+    return measure_sgemm_gflops(dim, repeats, threads_after);
+  set_compute_threads(1);
+  const size_t n = size_t(dim) * dim;
+  std::vector<uint16_t> a(n), b(n);
+  std::vector<float> src(n), c(n);
+  for (size_t i = 0; i < n; ++i) src[i] = float(i % 97) / 97.0f - 0.5f;
+  dt == DType::bf16 ? fp32_to_bf16(src.data(), a.data(), n) : fp32_to_fp16(src.data(), a.data(), n);
+  b = a;
+  auto gemm = [&] {
+    cpu::gemm16(dt, false, true, dim, dim, dim, 1.0f, a.data(), dim, b.data(), dim, 0.0f,
+                c.data(), dim);
+  };
+  const auto warm_start = std::chrono::steady_clock::now();
+  do {
+    gemm();
+  } while (std::chrono::steady_clock::now() - warm_start < std::chrono::milliseconds(500));
+  double best_s = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    gemm();
+    auto t1 = std::chrono::steady_clock::now();
+    best_s = std::min(best_s, std::chrono::duration<double>(t1 - t0).count());
+  }
+  set_compute_threads(threads_after);
   return 2.0 * double(dim) * dim * dim / best_s / 1e9;
 }
 

@@ -120,7 +120,9 @@ TEST(Config, EveryRangeRuleRejects) {
       {"train: {warmup_steps: -1}", "'train.warmup_steps' must be >= 0, got -1"},
       {"train: {min_lr_ratio: 1.5}", "'train.min_lr_ratio' must be in [0, 1], got 1.5"},
       {"precision: {loss_scale: {initial: 0}}",
-       "'precision.loss_scale.initial' must be > 0, got 0"},
+       "'precision.loss_scale.initial' must be in (0, 16777216], got 0"},
+      {"precision: {loss_scale: {initial: 4294967296}}",
+       "'precision.loss_scale.initial' must be in (0, 16777216], got 4294967296"},
       {"precision: {loss_scale: {growth_factor: 1}}",
        "'precision.loss_scale.growth_factor' must be > 1, got 1"},
       {"precision: {loss_scale: {backoff_factor: 1}}",
@@ -132,7 +134,9 @@ TEST(Config, EveryRangeRuleRejects) {
       {"precision: {loss_scale: {hysteresis: 0}}",
        "'precision.loss_scale.hysteresis' must be >= 1, got 0"},
       {"precision: {loss_scale: {min_scale: 0}}",
-       "'precision.loss_scale.min_scale' must be > 0, got 0"},
+       "'precision.loss_scale.min_scale' must be in (0, 16777216], got 0"},
+      {"precision: {loss_scale: {min_scale: 3.3e7}}",
+       "'precision.loss_scale.min_scale' must be in (0, 16777216], got 3.3e7"},
       {"precision: {loss_scale: {max_consecutive_skips: 0}}",
        "'precision.loss_scale.max_consecutive_skips' must be >= 1, got 0"},
       {"recompute: {k: 0}", "'recompute.k' must be >= 1, got 0"},
@@ -225,6 +229,24 @@ TEST(Config, CrossFieldChecksNameBothKeys) {
   EXPECT_EQ(parse("model: {d_model: 96, n_heads: 3}\n").model.d_model, 96);  // odd head dim ok
 }
 
+TEST(Config, LossScaleModeAutoAndItsChecks) {
+  EXPECT_EQ(Config{}.precision.loss_scale.mode, "auto");
+  EXPECT_EQ(parse("precision: {loss_scale: {mode: auto}}\n").precision.loss_scale.mode, "auto");
+  EXPECT_EQ(error_of("precision: {loss_scale: {mode: dynamc}}\n"),
+            "x.yaml:1:32: 'precision.loss_scale.mode' must be one of auto, dynamic, static, "
+            "none, got 'dynamc'; did you mean 'dynamic'?");
+  // Allowed: the trainer prints loss_scale_warning (optim/loss_scaler.h) for it.
+  EXPECT_EQ(error_of("precision: {dtype: fp16, loss_scale: {mode: none}}\n"), "");
+  // min_scale <= initial, located at whichever of the two the user set.
+  EXPECT_EQ(error_of("precision: {loss_scale: {initial: 0.5}}\n"),
+            "x.yaml:1:35: 'precision.loss_scale.min_scale' (1.0) must be <= "
+            "'precision.loss_scale.initial' (0.5)");
+  EXPECT_EQ(error_of("", {"precision.loss_scale.min_scale=131072"}),
+            "--set precision.loss_scale.min_scale: 'precision.loss_scale.min_scale' (131072.0) "
+            "must be <= 'precision.loss_scale.initial' (65536.0)");
+  EXPECT_EQ(error_of("precision: {loss_scale: {initial: 16777216, min_scale: 16777216}}\n"), "");
+}
+
 TEST(Config, MissingFileNamesFileAndReason) {
   try {
     load_config("/nonexistent/ringstep.yaml");
@@ -289,7 +311,7 @@ TEST(Config, RoundTripEveryKeyChanged) {
   c.data = {"file", "123", "val.bin"};
   c.train = {11, 3, 5, 45, 1.0 / 3.0, 0.0, 2, "linear", 0.0, 0.0, 0, 1, 0};
   c.precision.dtype = "fp16";
-  c.precision.loss_scale = {"static", 1e30, 1.0000001, 1e-300, 1, 2, 5e-324, 1};
+  c.precision.loss_scale = {"static", 1234567.891, 1.0000001, 1e-300, 1, 2, 5e-324, 1};
   c.recompute = {"every_k", 3};
   c.optimizer = {"onebit_adam", {0.0, 0.1 + 0.2}, 1e-12, {0, "l2"}};
   c.comm = {"nccl", "native", 0.001, false, {12.5, 3.0}};

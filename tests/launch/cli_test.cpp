@@ -56,8 +56,14 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
   ExpectBadInput("train " + Tiny() + run + " --set train.steps=abc", "train.steps", dir);
   ExpectBadInput("train " + Tiny() + run + " --set model.n_heads=3", "n_heads", dir);
   ExpectBadInput("train " + Tiny() + run + " --set train.global_batch=7", "global_batch", dir);
-  ExpectBadInput("train " + Tiny() + run + " --set precision.dtype=bf16", "not implemented yet",
-                 dir);
+  ExpectBadInput("train " + Tiny() + run + " --set comm.backend=nccl", "not implemented yet", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set recompute.k=0", "recompute.k", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set precision.loss_scale.min_scale=1e6",
+                 "min_scale", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set precision.loss_scale.backoff_factor=1.5",
+                 "backoff_factor", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set precision.loss_scale.mode=dynamc",
+                 "dynamic", dir);
   ExpectBadInput("train " + Tiny() + run + " --set data.source=file --set data.path=" +
                      (dir / "none.bin").string(),
                  "none.bin", dir);
@@ -85,6 +91,21 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
                      (dir / "x.bin").string(),
                  "nope.txt", dir);
   EXPECT_FALSE(fs::exists(dir / "x.bin"));
+  fs::remove_all(dir);
+}
+
+// fp16 without loss scaling is allowed but risky: the run goes ahead with a warning that
+// says what can go wrong and what to use instead.
+TEST(Cli, Fp16WithoutLossScalingWarnsAndRuns) {
+  fs::path dir = Temp("fp16none");
+  Result r = RunCli("train " + Tiny() + " --set run.out_dir=" + (dir / "run").string() +
+                    " --set precision.dtype=fp16 --set precision.loss_scale.mode=none"
+                    " --set train.steps=2 --set train.eval_batches=1 --set run.threads=1"
+                    " --set profile.peak_gflops=100 --set profile.trace_steps=[]");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("round to zero in fp16"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "run" / "summary.json"));
   fs::remove_all(dir);
 }
 

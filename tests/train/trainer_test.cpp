@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -74,17 +75,107 @@ TEST(Trainer, BadDataFileLeavesNoRunDirectory) {
   EXPECT_FALSE(fs::exists(out));
 }
 
-// The learning check of the issue: configs/tiny.yaml as shipped ends within 0.05 nats of
-// the synthetic source's floor for its window length.
-TEST(Trainer, TinyConfigReachesEntropyFloor) {
+// The learning check: configs/tiny.yaml as shipped ends within 0.05 nats of the synthetic
+// source's floor for its window length in fp32, and bf16 and fp16 (16-bit activations,
+// fp16 with dynamic loss scaling) end within 0.05 nats of fp32's validation loss.
+TEST(Trainer, TinyConfigReachesEntropyFloorInFp32Bf16AndFp16) {
   fs::path out = TempDir("tiny");
-  Config cfg = load_config(std::string(RINGSTEP_SOURCE_DIR) + "/configs/tiny.yaml",
-                           {"run.out_dir=" + out.string(), "train.eval_every=0"});
+  auto run = [&](const std::string& dtype) {
+    Config cfg = load_config(std::string(RINGSTEP_SOURCE_DIR) + "/configs/tiny.yaml",
+                             {"run.out_dir=" + (out / dtype).string(), "train.eval_every=0",
+                              "precision.dtype=" + dtype});
+    TrainOutcome r = train(cfg, nullptr);
+    auto summary = nlohmann::json::parse(std::ifstream(out / dtype / "summary.json"));
+    EXPECT_EQ(summary["skipped_steps"].get<int>(), r.skipped_steps);
+    return std::make_pair(r, summary["entropy_floor"].get<double>());
+  };
+  const auto [f32, floor] = run("fp32");
+  EXPECT_GE(f32.final_val_loss, floor - 0.01);  // nothing beats the floor (sampling noise aside)
+  EXPECT_LE(f32.final_val_loss - floor, 0.05) << "val " << f32.final_val_loss << " floor " << floor;
+  EXPECT_EQ(f32.skipped_steps, 0);
+  for (const std::string dtype : {"bf16", "fp16"}) {
+    const TrainOutcome r = run(dtype).first;
+    EXPECT_LE(std::abs(r.final_val_loss - f32.final_val_loss), 0.05)
+        << dtype << " val " << r.final_val_loss << " fp32 val " << f32.final_val_loss;
+    // fp16 starts at 65536 and may skip a few steps while it finds its scale; bf16 never.
+    EXPECT_LE(r.skipped_steps, dtype == "fp16" ? 20 : 0) << dtype;
+  }
+  fs::remove_all(out);
+}
+
+// fp16 with an initial loss scale far too large: the first steps overflow (the scaled
+// dlogits pass fp16's 65504), each is skipped with the scale halved, then training goes
+// on. Skipped steps leave Adam's step count and the LR schedule where they were.
+TEST(Trainer, Fp16OverflowSkipsStepsAndHalvesTheScale) {
+  fs::path out = TempDir("fp16_overflow");
+  Config cfg = SmallRun(out, 12);
+  cfg.precision.dtype = "fp16";
+  cfg.precision.loss_scale.mode = "dynamic";
+  cfg.precision.loss_scale.initial = 0x1p24;
+  cfg.precision.loss_scale.growth_interval = 1000;
   TrainOutcome r = train(cfg, nullptr);
+  ASSERT_EQ(r.loss_scales.size(), 12u);
+  ASSERT_GT(r.skipped_steps, 0);
+  ASSERT_LT(r.skipped_steps, 12);
+  EXPECT_EQ(r.optimizer_steps, 12 - r.skipped_steps);
+  std::ifstream steps(out / "steps.jsonl");
+  std::string line;
+  int n = 0, skipped = 0;
+  double first_applied_lr = -1;
+  while (std::getline(steps, line)) {
+    const auto rec = nlohmann::json::parse(line);
+    ++n;
+    EXPECT_EQ(rec["loss_scale"].get<double>(), r.loss_scales[n - 1]);
+    const bool skip = rec["skipped"].get<bool>();
+    if (n == 1) EXPECT_TRUE(skip) << "2^24 x dloss must overflow fp16 on the first step";
+    // The scale halves after each skipped step (hysteresis 1) and holds otherwise
+    // (growth_interval 1000 is never reached).
+    if (n < 12)
+      EXPECT_EQ(r.loss_scales[n], skip ? r.loss_scales[n - 1] / 2 : r.loss_scales[n - 1])
+          << "step " << n;
+    if (skip) {
+      ++skipped;
+      EXPECT_TRUE(rec["grad_norm"].is_null());
+    } else if (first_applied_lr < 0) {
+      first_applied_lr = rec["lr"].get<double>();
+    }
+  }
+  EXPECT_EQ(n, 12);
+  EXPECT_EQ(skipped, r.skipped_steps);
+  // The first applied step uses the schedule's first value (warmup step 1 of 1).
+  EXPECT_DOUBLE_EQ(first_applied_lr, cfg.train.lr * 1.0 / cfg.train.warmup_steps);
   auto summary = nlohmann::json::parse(std::ifstream(out / "summary.json"));
-  const double floor = summary["entropy_floor"].get<double>();
-  EXPECT_GE(r.final_val_loss, floor - 0.01);  // nothing beats the floor (sampling noise aside)
-  EXPECT_LE(r.final_val_loss - floor, 0.05) << "val " << r.final_val_loss << " floor " << floor;
+  EXPECT_EQ(summary["skipped_steps"].get<int>(), r.skipped_steps);
+  fs::remove_all(out);
+}
+
+// A scale that never fits this model (static 2^24): every step overflows, and after
+// max_consecutive_skips in a row the run stops with a message, keeping its records.
+TEST(Trainer, ConsecutiveSkipsStopTheRun) {
+  fs::path out = TempDir("fp16_stop");
+  Config cfg = SmallRun(out, 10);
+  cfg.precision.dtype = "fp16";
+  cfg.precision.loss_scale.mode = "static";
+  cfg.precision.loss_scale.initial = 0x1p24;
+  cfg.precision.loss_scale.max_consecutive_skips = 3;
+  try {
+    train(cfg, nullptr);
+    FAIL() << "expected TrainingStopped";
+  } catch (const TrainingStopped& e) {
+    EXPECT_NE(std::string(e.what()).find("3"), std::string::npos) << e.what();
+  }
+  std::ifstream steps(out / "steps.jsonl");
+  std::string line;
+  int n = 0;
+  while (std::getline(steps, line)) {
+    ++n;
+    EXPECT_TRUE(nlohmann::json::parse(line)["skipped"].get<bool>());
+  }
+  EXPECT_EQ(n, 3);
+  auto summary = nlohmann::json::parse(std::ifstream(out / "summary.json"));
+  EXPECT_EQ(summary["skipped_steps"].get<int>(), 3);
+  EXPECT_EQ(summary["optimizer_steps"].get<int>(), 0);
+  EXPECT_FALSE(summary["stopped_early"].is_null());
   fs::remove_all(out);
 }
 

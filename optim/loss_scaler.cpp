@@ -1,0 +1,152 @@
+#include "optim/loss_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace ringstep {
+namespace {
+
+// "%g" keeps scales readable: 65536, 0.5, 1.67772e+07.
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string resolved_loss_scale_mode(const PrecisionConfig& cfg) {
+  if (cfg.loss_scale.mode != "auto") return cfg.loss_scale.mode;
+  return cfg.dtype == "fp16" ? "dynamic" : "none";
+}
+
+LossScaler::LossScaler(const PrecisionConfig& cfg)
+    : cfg_(cfg.loss_scale), dtype_(cfg.dtype), mode_(resolved_loss_scale_mode(cfg)) {
+  if (mode_ != "dynamic" && mode_ != "static" && mode_ != "none")
+    throw std::invalid_argument("LossScaler: unknown loss scale mode '" + mode_ + "'");
+  state_.scale = mode_ == "none" ? 1.0 : cfg_.initial;
+  state_.hysteresis_tracker = cfg_.hysteresis;
+}
+
+bool LossScaler::unscale_and_check(float* grads, size_t n) const {
+  // x - x is 0 for a finite x and NaN for an inf or a NaN, and NaN survives any sum, so
+  // the sum is NaN exactly when some element is not finite. Unlike a branch on
+  // std::isfinite, this vectorises. (Never -ffast-math: it would fold x - x to 0.)
+  const float inv = static_cast<float>(1.0 / state_.scale);
+  float bad = 0.0f;
+  if (inv == 1.0f) {
+#pragma omp simd reduction(+ : bad)
+    for (size_t i = 0; i < n; ++i) bad += grads[i] - grads[i];
+  } else {
+#pragma omp simd reduction(+ : bad)
+    for (size_t i = 0; i < n; ++i) {
+      grads[i] *= inv;
+      bad += grads[i] - grads[i];
+    }
+  }
+  return std::isnan(bad);
+}
+
+bool LossScaler::agree_found(bool local_found, Communicator* comm) {
+  if (comm == nullptr || comm->size() == 1) return local_found;
+  // The transports only sum: a count of ranks that found one, > 0 iff the MAX is 1.
+  float flag = local_found ? 1.0f : 0.0f;
+  comm->allreduce(&flag, 1, DType::f32);
+  return flag > 0.0f;
+}
+
+bool LossScaler::update(bool found_inf) {
+  LossScalerState& s = state_;
+  if (found_inf) {
+    ++s.consecutive_skips;
+    ++s.skipped_total;
+    if (mode_ == "dynamic") {
+      // Megatron-LM: hysteresis is re-armed only at growth, so once it has run out every
+      // further overflow backs off. Clamped at 0, which `<= 0` in Megatron treats alike.
+      s.growth_tracker = 0;
+      s.hysteresis_tracker = std::max(s.hysteresis_tracker - 1, 0);
+      if (s.hysteresis_tracker == 0)
+        s.scale = std::max(s.scale * cfg_.backoff_factor, cfg_.min_scale);
+    }
+    return false;
+  }
+  s.consecutive_skips = 0;
+  if (mode_ == "dynamic" && ++s.growth_tracker >= cfg_.growth_interval) {
+    s.growth_tracker = 0;
+    s.hysteresis_tracker = cfg_.hysteresis;
+    s.scale = std::min(s.scale * cfg_.growth_factor, kMaxLossScale);
+  }
+  return true;
+}
+
+bool LossScaler::should_stop() const {
+  return state_.consecutive_skips >= cfg_.max_consecutive_skips;
+}
+
+std::string LossScaler::stop_message() const {
+  const LossScalerState& s = state_;
+  std::string msg = std::to_string(s.consecutive_skips) +
+                    " optimizer steps in a row were skipped because the gradients held inf or "
+                    "NaN (precision.loss_scale.max_consecutive_skips is " +
+                    std::to_string(cfg_.max_consecutive_skips) + "; dtype " + dtype_ +
+                    ", loss scale mode " + mode_ + ", scale now " + num(s.scale) + "). ";
+  if (mode_ == "dynamic" && s.scale > cfg_.min_scale) {
+    msg += "The scale had not yet backed off to min_scale (" + num(cfg_.min_scale) +
+           "): raise precision.loss_scale.max_consecutive_skips, or lower "
+           "precision.loss_scale.hysteresis (" +
+           std::to_string(cfg_.hysteresis) + ") or precision.loss_scale.initial. Otherwise ";
+  } else if (mode_ == "dynamic") {
+    msg +=
+        "The scale is at min_scale and the gradients still overflow, so the model itself "
+        "produces inf/NaN";
+    msg += cfg_.min_scale > 1.0 ? " (or min_scale " + num(cfg_.min_scale) +
+                                      " is too high: lower precision.loss_scale.min_scale). "
+                                : ". ";
+    msg += "Try: ";
+  } else if (mode_ == "static") {
+    msg += "A static scale of " + num(s.scale) +
+           " overflows: use precision.loss_scale.mode auto (dynamic for fp16) or a lower "
+           "precision.loss_scale.initial. Otherwise ";
+  } else {
+    msg += "Nothing is scaled (mode none), so the gradients themselves are not finite. Try: ";
+  }
+  msg += "lower train.lr or lengthen train.warmup_steps; check the data (a bad token file)";
+  if (dtype_ == "fp16") msg += "; use precision.dtype bf16 (fp32's range, no scaling needed)";
+  msg += "; resume from the last good checkpoint (checkpoint.every).";
+  return msg;
+}
+
+std::string loss_scale_warning(const PrecisionConfig& cfg) {
+  const LossScaleConfig& ls = cfg.loss_scale;
+  const std::string mode = resolved_loss_scale_mode(cfg);
+  std::vector<std::string> lines;
+  if (cfg.dtype == "fp16" && mode == "none") {
+    lines.push_back(
+        "precision.dtype is fp16 with precision.loss_scale.mode none: gradients below 2^-24 "
+        "(6e-8) round to zero in fp16 and those below 2^-14 lose precision, so small updates "
+        "vanish and training can stall or drift without any error (steps with inf/NaN "
+        "gradients are still skipped). Use mode auto (dynamic for fp16) or precision.dtype "
+        "bf16.");
+  }
+  if (cfg.dtype == "fp16" && mode == "static" && ls.initial <= 1.0) {
+    lines.push_back("precision.loss_scale.mode is static with initial " + num(ls.initial) +
+                    " under fp16: nothing is scaled up, so small gradients underflow as with "
+                    "mode none. Use a larger static scale (e.g. 1024) or mode dynamic.");
+  }
+  if (mode == "dynamic" && ls.hysteresis >= ls.max_consecutive_skips) {
+    lines.push_back("precision.loss_scale.hysteresis (" + std::to_string(ls.hysteresis) +
+                    ") >= max_consecutive_skips (" + std::to_string(ls.max_consecutive_skips) +
+                    "): a burst of overflows stops the run before the scale first backs off. "
+                    "Lower hysteresis or raise max_consecutive_skips.");
+  }
+  std::string out;
+  for (const std::string& l : lines) out += (out.empty() ? "" : "\n") + l;
+  return out;
+}
+
+}  // namespace ringstep

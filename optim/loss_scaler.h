@@ -1,0 +1,86 @@
+// Loss scaling for fp16 training (Micikevicius et al. 2018, "Mixed Precision Training"): the
+// loss is multiplied by S before backward so that small gradients survive fp16, and the
+// gradients are multiplied by 1/S before the optimizer sees them. The dynamic schedule is
+// Megatron-LM's DynamicGradScaler; docs/precision.md draws the state machine.
+//
+// In every mode (none too, and with fp32 or bf16) a step whose gradients hold an inf or a
+// NaN on any rank is skipped on every rank and counts toward max_consecutive_skips: no
+// non-finite value is ever written into the weights or the moments.
+//
+// Per optimizer step, after the gradient AllReduce:
+//   bool found = LossScaler::agree_found(scaler.unscale_and_check(g, n), comm);
+//   if (scaler.update(found)) { clip; optimizer step; lr schedule advances }
+//   if (scaler.should_stop()) throw ... scaler.stop_message();
+// Not thread-safe; one instance per rank, all ranks fed the same agreed flags.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/config.h"
+
+namespace ringstep {
+
+class Communicator;
+
+// What a checkpoint saves to resume the schedule exactly.
+struct LossScalerState {
+  double scale = 1.0;
+  int growth_tracker = 0;      // clean steps in a row since the last growth or overflow
+  int hysteresis_tracker = 1;  // overflows left before a backoff; reset only at growth
+  int consecutive_skips = 0;
+  int64_t skipped_total = 0;
+
+  bool operator==(const LossScalerState&) const = default;
+};
+
+// "dynamic", "static" or "none": auto is dynamic for fp16 and none for bf16 and fp32
+// (both have fp32's 8-bit exponent, so their gradients do not underflow earlier than fp32).
+std::string resolved_loss_scale_mode(const PrecisionConfig& cfg);
+
+class LossScaler {
+ public:
+  // CFG must have passed the config checks (core/config.h); auto is resolved here.
+  explicit LossScaler(const PrecisionConfig& cfg);
+
+  const std::string& mode() const { return mode_; }
+  // Multiply the loss (or the gradient of the loss) by this before backward.
+  double scale() const { return state_.scale; }
+
+  // One pass over GRADS[0, n): multiplies every element by 1/scale() (exact when the scale
+  // is a power of two) and returns true if any element is then inf or NaN. Checks at
+  // scale 1 too.
+  bool unscale_and_check(float* grads, size_t n) const;
+
+  // True if any rank's LOCAL_FOUND is true (a MAX over ranks, done as a sum of 0/1 flags).
+  // A collective: every rank calls it once per step. COMM may be null (one rank). Call it
+  // on the thread that owns COMM (in training, through the CommEngine).
+  static bool agree_found(bool local_found, Communicator* comm);
+
+  // Advances the state machine with the agreed flag. Returns true if the step is to be
+  // applied; false means skip it: parameters, moments, Adam's step count and the LR
+  // schedule must all stay as they are.
+  bool update(bool found_inf);
+
+  // consecutive skips have reached max_consecutive_skips: the caller stops the run.
+  bool should_stop() const;
+  // What happened and what to try, for the error that stops the run.
+  std::string stop_message() const;
+
+  const LossScalerState& state() const { return state_; }
+  void restore(const LossScalerState& s) { state_ = s; }
+
+ private:
+  LossScaleConfig cfg_;
+  std::string dtype_;
+  std::string mode_;
+  LossScalerState state_;
+};
+
+// What can go wrong with a config that is allowed but risky (fp16 without loss scaling, a
+// static scale of 1 or less with fp16, a hysteresis that outlasts max_consecutive_skips),
+// one line per risk; "" when there is none.
+std::string loss_scale_warning(const PrecisionConfig& cfg);
+
+}  // namespace ringstep

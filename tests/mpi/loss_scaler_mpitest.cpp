@@ -1,0 +1,127 @@
+// The loss scaler across ranks: an inf or NaN in one rank's gradient makes every rank skip
+// the step, with parameters, AdamW moments and step count untouched bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "mpi/mpitest_main.h"
+#include "mpi/mpitest_util.h"
+#include "optim/adamw.h"
+#include "optim/loss_scaler.h"
+
+namespace ringstep {
+namespace {
+
+using testing::world;
+
+// Every rank holds the same parameters and an AdamW that has taken two steps; gradients
+// are built per rank and summed by a real AllReduce, as the trainer's would be.
+class ScalerReplica {
+ public:
+  ScalerReplica()
+      : reg_(registry()),
+        opt_(reg_, AdamWParams{0.9, 0.95, 1e-8, 0.1}),
+        scaler_(fp16()),
+        params_(reg_.total_numel()) {
+    for (size_t i = 0; i < params_.size(); ++i) params_[i] = testing::exact_value(0, i);
+    for (int s = 0; s < 2; ++s) EXPECT_TRUE(step(-1, 0.0f));
+  }
+
+  // One optimizer step through the scaler. Rank INJECT_RANK writes BAD into its reduced
+  // gradient (-1: nobody). Returns whether the step was applied.
+  bool step(int inject_rank, float bad) {
+    auto& comm = world();
+    std::vector<float> g(reg_.total_numel());
+    const auto s = static_cast<float>(scaler_.scale());  // backward of loss * S
+    for (size_t i = 0; i < g.size(); ++i) g[i] = testing::exact_value(comm.rank(), i) * s;
+    comm.allreduce(g.data(), g.size(), DType::f32);
+    if (comm.rank() == inject_rank) g[g.size() / 3] = bad;
+    const bool local = scaler_.unscale_and_check(g.data(), g.size());
+    const bool found = LossScaler::agree_found(local, &comm);
+    if (!scaler_.update(found)) return false;
+    opt_.step(params_.data(), g.data(), 1e-2, 1.0);
+    return true;
+  }
+
+  // Parameters, both moments and the step count, as bytes.
+  std::vector<std::byte> snapshot() {
+    std::vector<std::byte> out;
+    for (const float* buf : {params_.data(), opt_.m().data(), opt_.v().data()}) {
+      const auto* b = reinterpret_cast<const std::byte*>(buf);
+      out.insert(out.end(), b, b + reg_.total_numel() * sizeof(float));
+    }
+    const int64_t t = opt_.step_count();
+    const auto* b = reinterpret_cast<const std::byte*>(&t);
+    out.insert(out.end(), b, b + sizeof t);
+    return out;
+  }
+
+  const LossScaler& scaler() const { return scaler_; }
+  const AdamW& opt() const { return opt_; }
+
+ private:
+  static Registry registry() {
+    Registry reg;
+    reg.add("w", {37, 5}, true);  // not a multiple of the vector width
+    reg.add("b", {5}, false);
+    return reg;
+  }
+  static PrecisionConfig fp16() {
+    PrecisionConfig p;
+    p.dtype = "fp16";  // auto: dynamic, initial 65536, hysteresis 1
+    return p;
+  }
+
+  Registry reg_;
+  AdamW opt_;
+  LossScaler scaler_;
+  std::vector<float> params_;
+};
+
+void expect_every_rank_skips(float bad, const char* what) {
+  auto& comm = world();
+  ScalerReplica r;
+  ASSERT_EQ(r.opt().step_count(), 2);
+  const double scale = r.scaler().scale();
+  const std::vector<std::byte> before = r.snapshot();
+  EXPECT_FALSE(r.step(comm.size() - 1, bad)) << what;
+  EXPECT_EQ(r.scaler().scale(), scale / 2) << what;
+  EXPECT_EQ(r.scaler().state().consecutive_skips, 1) << what;
+  EXPECT_EQ(r.scaler().state().skipped_total, 1) << what;
+  EXPECT_EQ(r.opt().step_count(), 2) << what;
+  const std::vector<std::byte> after = r.snapshot();
+  ASSERT_EQ(after.size(), before.size());
+  EXPECT_EQ(std::memcmp(after.data(), before.data(), before.size()), 0) << what;
+
+  // The next clean step applies everywhere, at the halved scale, and the replicas agree.
+  EXPECT_TRUE(r.step(-1, 0.0f)) << what;
+  EXPECT_EQ(r.opt().step_count(), 3) << what;
+  EXPECT_EQ(r.scaler().state().consecutive_skips, 0) << what;
+  const std::vector<std::byte> stepped = r.snapshot();
+  EXPECT_NE(std::memcmp(stepped.data(), before.data(), before.size()), 0) << what;
+  EXPECT_TRUE(testing::identical_on_all_ranks(comm, stepped.data(), stepped.size())) << what;
+}
+
+TEST(LossScalerMpi, InfOnLastRankSkipsOnEveryRank) {
+  expect_every_rank_skips(std::numeric_limits<float>::infinity(), "inf");
+}
+
+TEST(LossScalerMpi, NanOnLastRankSkipsOnEveryRank) {
+  expect_every_rank_skips(std::numeric_limits<float>::quiet_NaN(), "nan");
+}
+
+TEST(LossScalerMpi, AgreeFoundIsTrueWhenAnyOneRankFound) {
+  auto& comm = world();
+  EXPECT_FALSE(LossScaler::agree_found(false, &comm));
+  EXPECT_TRUE(LossScaler::agree_found(true, &comm));
+  for (int r = 0; r < comm.size(); ++r)
+    EXPECT_TRUE(LossScaler::agree_found(comm.rank() == r, &comm)) << "found on rank " << r;
+}
+
+}  // namespace
+}  // namespace ringstep
+
+int main(int argc, char** argv) { return ringstep::testing::run_mpi_tests(argc, argv); }
