@@ -1,0 +1,214 @@
+// gemm16: argument checks, kernel choice and the fp32-sgemm kernel. The AMX kernel lives in
+// gemm16_amx.cpp, the only file compiled with the AMX flags: no tile instruction runs before
+// the CPUID and permission check below.
+//
+// fp32-sgemm kernel: both 16-bit operands are widened to fp32 (exact for bf16 and fp16) in
+// their stored layout and handed to one sgemm with the same transposes. OpenBLAS splits
+// level-3 work over M and N only, never K, so the result does not depend on its threads.
+// Builds without BLAS use a plain fixed-order loop instead (slow, but deterministic).
+#include "core/cpu/gemm16.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#ifdef RINGSTEP_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+namespace ringstep::cpu {
+
+// Defined in gemm16_amx.cpp. amx_kernel_compiled() is false when the compiler could not
+// build the AMX code; gemm16_amx_bf16 must only be called once amx_usable() holds.
+namespace detail {
+bool amx_kernel_compiled();
+void gemm16_amx_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                     const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
+                     int ldc);
+}  // namespace detail
+
+namespace {
+
+// Below this many multiply-adds the conversions run on one thread.
+constexpr double kParallelMinMacs = double(1 << 22);
+
+// CPUID leaf 7, sub-leaf 0 (Intel SDM vol. 2A, table 3-8): EBX bits 16/30/31 = AVX-512
+// F/BW/VL (the packing code), EDX bits 22/24 = AMX-BF16/AMX-TILE. Then Linux only lets a
+// process touch tile data after it asked for it (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA, Documentation/arch/x86/xstate.rst); the grant is process-wide.
+bool detect_amx() {
+#if defined(__x86_64__) && defined(__linux__)
+  if (!detail::amx_kernel_compiled()) return false;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const unsigned avx512_f_bw_vl = (1u << 16) | (1u << 30) | (1u << 31);
+  const unsigned amx_bf16_tile = (1u << 22) | (1u << 24);
+  if ((ebx & avx512_f_bw_vl) != avx512_f_bw_vl || (edx & amx_bf16_tile) != amx_bf16_tile) {
+    return false;
+  }
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+bool amx_usable() {
+  static const bool usable = detect_amx();  // thread-safe initialisation (C++11)
+  return usable;
+}
+
+bool env_forces_fallback() {
+  const char* v = std::getenv("RINGSTEP_GEMM16");
+  return v != nullptr && std::string(v) == "sgemm";
+}
+
+std::atomic<bool>& forced_fallback() {
+  static std::atomic<bool> forced{env_forces_fallback()};
+  return forced;
+}
+
+bool use_amx(DType dt) {
+  return dt == DType::bf16 && !forced_fallback().load(std::memory_order_relaxed) && amx_usable();
+}
+
+// Widens a rows x cols 16-bit matrix (leading dim ld) into a dense fp32 one (leading dim
+// cols) held in a per-thread buffer that only grows.
+const float* widen(DType dt, const uint16_t* src, int rows, int cols, int ld,
+                   std::vector<float>& buf, bool parallel) {
+  buf.resize(std::max<size_t>(buf.size(), size_t(rows) * cols));
+  float* out = buf.data();
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int r = 0; r < rows; ++r) {
+    const uint16_t* in = src + size_t(r) * ld;
+    float* o = out + size_t(r) * cols;
+    if (dt == DType::bf16) {
+      bf16_to_fp32(in, o, size_t(cols));
+    } else {
+      fp16_to_fp32(in, o, size_t(cols));
+    }
+  }
+  return out;
+}
+
+// C = beta * C over M x N, with beta == 0 writing zeros whatever C held.
+void scale_c(int M, int N, float beta, float* C, int ldc) {
+  if (beta == 1.0f) return;
+  for (int i = 0; i < M; ++i) {
+    float* row = C + size_t(i) * ldc;
+    if (beta == 0.0f) {
+      std::fill(row, row + N, 0.0f);
+    } else {
+      for (int j = 0; j < N; ++j) row[j] *= beta;
+    }
+  }
+}
+
+#ifndef RINGSTEP_HAVE_BLAS
+// C += alpha * op(a) op(b) in fp32 without BLAS (a, b as stored, with leading dims lda,
+// ldb). Each row of C is the sum over k, in increasing order, of a(i, k) times row k of
+// op(b), so every element's rounding is fixed whatever the thread count or vector width.
+// (Eigen's GEMM cannot be used here: it picks its K blocking from its thread count.)
+void gemm_f32_fixed_order(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                          const float* a, int lda, const float* b, int ldb, float* C, int ldc,
+                          bool parallel) {
+  thread_local std::vector<float> b_kn_buf;
+  const float* b_kn = b;  // op(b) as a dense K x N matrix (ldb == N when not transposed)
+  if (trans_b) {
+    b_kn_buf.resize(std::max<size_t>(b_kn_buf.size(), size_t(K) * N));
+    for (int j = 0; j < N; ++j) {
+      for (int k = 0; k < K; ++k) b_kn_buf[size_t(k) * N + j] = b[size_t(j) * ldb + k];
+    }
+    b_kn = b_kn_buf.data();
+  }
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> acc(static_cast<size_t>(N));
+#pragma omp for schedule(static)
+    for (int i = 0; i < M; ++i) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int k = 0; k < K; ++k) {
+        const float a_ik = trans_a ? a[size_t(k) * lda + i] : a[size_t(i) * lda + k];
+        const float* b_row = b_kn + size_t(k) * N;
+        for (int j = 0; j < N; ++j) acc[j] += a_ik * b_row[j];
+      }
+      float* c = C + size_t(i) * ldc;
+      for (int j = 0; j < N; ++j) c[j] += alpha * acc[j];
+    }
+  }
+}
+#endif
+
+void gemm16_sgemm(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                  const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
+                  int ldc) {
+  thread_local std::vector<float> a_buf, b_buf;
+  const bool parallel = double(M) * N * K >= kParallelMinMacs;
+  // Stored shapes: A is K x M when transposed, B is N x K when transposed.
+  const int a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
+  const float* a = widen(dt, A, trans_a ? K : M, a_cols, lda, a_buf, parallel);
+  const float* b = widen(dt, B, trans_b ? N : K, b_cols, ldb, b_buf, parallel);
+  // Zeroed first so that NaNs in C are ignored for beta == 0 on every BLAS.
+  scale_c(M, N, beta, C, ldc);
+#ifdef RINGSTEP_HAVE_BLAS
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, a, a_cols, b, b_cols, 1.0f, C,
+              ldc);
+#else
+  gemm_f32_fixed_order(trans_a, trans_b, M, N, K, alpha, a, a_cols, b, b_cols, C, ldc, parallel);
+#endif
+}
+
+void check_args(DType dt, bool trans_a, bool trans_b, int M, int N, int K, int lda, int ldb,
+                int ldc) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("gemm16: " + what); };
+  if (dt != DType::bf16 && dt != DType::f16) fail("dtype must be bf16 or fp16");
+  if (M < 0 || N < 0 || K < 0) {
+    fail("negative size M=" + std::to_string(M) + " N=" + std::to_string(N) +
+         " K=" + std::to_string(K));
+  }
+  auto check_ld = [&](const char* name, int ld, int row) {
+    if (ld < std::max(1, row)) {
+      fail(std::string(name) + "=" + std::to_string(ld) + " is shorter than a row of " +
+           std::to_string(row));
+    }
+  };
+  check_ld("lda", lda, trans_a ? M : K);
+  check_ld("ldb", ldb, trans_b ? K : N);
+  check_ld("ldc", ldc, N);
+}
+
+}  // namespace
+
+void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+            const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  check_args(dt, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  if (use_amx(dt)) {
+    detail::gemm16_amx_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else {
+    gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+const char* gemm16_kernel(DType dt) { return use_amx(dt) ? "amx-bf16" : "fp32-sgemm"; }
+
+void gemm16_force_fallback(bool force) {
+  forced_fallback().store(force, std::memory_order_relaxed);
+}
+
+}  // namespace ringstep::cpu

@@ -1,0 +1,35 @@
+// GEMM with 16-bit inputs (bf16 or fp16) and fp32 accumulation, the CPU twin of cuBLAS's
+// cublasGemmEx(CUDA_R_16BF, ..., CUBLAS_COMPUTE_32F). bf16 runs on Intel AMX tiles where the
+// CPU and the kernel allow it; everything else converts blocks to fp32 and calls sgemm.
+// Thread-safe; may be called from inside an OpenMP region (it then runs on that one thread).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ringstep::cpu {
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C. Row-major. A and B hold 16-bit values of
+// dtype DT (DType::bf16 or DType::f16, as raw uint16_t bits, see core/dtype.h); products are
+// exact in fp32 and accumulate in fp32; C is fp32 with leading dimension ldc.
+// op(A) is M x K: A itself (stored M x K, leading dim lda) or, with TRANS_A, A^T (A stored K x M).
+// op(B) is K x N: B itself (stored K x N, ldb) or, with TRANS_B, B^T (B stored N x K).
+// beta == 0 overwrites C (C's old contents, even NaN, are ignored).
+// Deterministic: the result depends only on the inputs (not on the thread count, nor on the
+// addresses/alignment of the buffers), so recomputing a forward gives bit-identical output.
+// The AMX kernel, like the hardware, treats subnormal bf16 inputs and subnormal fp32
+// results of each dot-product step as zero. Throws std::invalid_argument for negative sizes,
+// leading dimensions shorter than a row, or DT == f32.
+void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+            const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc);
+
+// Which kernel gemm16 uses for DT on this machine: "amx-bf16" or "fp32-sgemm" (convert
+// blocks to fp32, then sgemm).
+const char* gemm16_kernel(DType dt);
+
+// Forces the fp32-sgemm kernel for every dtype (process-wide), so tests can exercise both
+// paths. The environment variable RINGSTEP_GEMM16=sgemm sets it at start.
+void gemm16_force_fallback(bool force);
+
+}  // namespace ringstep::cpu
