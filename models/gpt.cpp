@@ -210,8 +210,10 @@ static const void* offset(const void* act, size_t elems, size_t esize) {
 // --- ops on stored activations ---------------------------------------------------------
 
 // The 16-bit path converts row blocks of this many rows at a time, so its fp32 scratch is
-// a block's, never a whole tensor's (the arena peak must show 16-bit storage).
+// a block's, never a whole tensor's (the arena peak must show 16-bit storage). Matrix
+// products take larger blocks: gemm16 packs the weight operand again for every call.
 constexpr int kRowBlock = 256;
+constexpr int kGemmRowBlock = 512;
 
 void Gpt::layernorm_fwd(void* out, float* mean, float* rstd, const void* in, size_t w, size_t b) {
   const int N = B_ * T_, C = cfg_.d_model;
@@ -254,8 +256,8 @@ void Gpt::linear_fwd_act(void* out, const void* in, size_t w, size_t b, int C, i
       residual_forward(y, static_cast<const float*>(residual), y, size_t(N) * OC);
     return;
   }
-  for (int r0 = 0; r0 < N; r0 += kRowBlock) {
-    const int rows = std::min(kRowBlock, N - r0);
+  for (int r0 = 0; r0 < N; r0 += kGemmRowBlock) {
+    const int rows = std::min(kGemmRowBlock, N - r0);
     const size_t n = size_t(rows) * OC;
     Scratch s(*arena_);
     float* y = arena_->alloc_floats(n);
@@ -281,8 +283,8 @@ void Gpt::linear_bwd(float* din, size_t w, size_t b, const float* dout, const vo
   // 65504 becomes inf here, which is what the loss scaler looks for). Row blocks in a fixed
   // order: dweight sums the blocks' products in that order, the same on every call.
   const DType dt = opt_.act_dtype;
-  for (int r0 = 0; r0 < N; r0 += kRowBlock) {
-    const int rows = std::min(kRowBlock, N - r0);
+  for (int r0 = 0; r0 < N; r0 += kGemmRowBlock) {
+    const int rows = std::min(kGemmRowBlock, N - r0);
     const float* dy = dout + size_t(r0) * OC;
     Scratch s(*arena_);
     auto* d16 = static_cast<uint16_t*>(arena_->alloc_bytes(size_t(rows) * OC * sizeof(uint16_t)));

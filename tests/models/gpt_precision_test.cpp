@@ -15,6 +15,7 @@
 #include "core/arena.h"
 #include "core/error.h"
 #include "models/gpt.h"
+#include "models/gpt_test_batch.h"
 
 namespace ringstep {
 namespace {
@@ -29,17 +30,6 @@ ModelConfig Model() {
   return m;
 }
 
-struct Batch {
-  std::vector<int32_t> in, tg;
-};
-
-Batch MakeBatch(int B, int T, int V, unsigned seed) {
-  std::mt19937 gen(seed);
-  Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
-  for (auto& x : b.in) x = int32_t(gen() % V);
-  for (auto& x : b.tg) x = int32_t(gen() % V);
-  return b;
-}
 
 struct Result {
   std::vector<float> grads;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/gpt.h"
+#include "models/gpt_test_batch.h"
 
 namespace ringstep {
 namespace {
@@ -27,17 +28,6 @@ ModelConfig TinyModel() {
   return m;
 }
 
-struct Batch {
-  std::vector<int32_t> in, tg;
-};
-
-Batch MakeBatch(int B, int T, int V, unsigned seed) {
-  std::mt19937 gen(seed);
-  Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
-  for (auto& x : b.in) x = gen() % V;
-  for (auto& x : b.tg) x = gen() % V;
-  return b;
-}
 
 double LossAt(Gpt& m, const Batch& b, int B, int T, Arena& arena) {
   return m.evaluate(b.in.data(), b.tg.data(), B, T, arena);
