@@ -83,7 +83,7 @@ TEST(Trainer, TinyConfigReachesEntropyFloorInFp32Bf16AndFp16) {
   auto run = [&](const std::string& dtype) {
     Config cfg = load_config(std::string(RINGSTEP_SOURCE_DIR) + "/configs/tiny.yaml",
                              {"run.out_dir=" + (out / dtype).string(), "train.eval_every=0",
-                              "precision.dtype=" + dtype});
+                              "precision.dtype=" + dtype, "run.threads=1"});
     TrainOutcome r = train(cfg, nullptr);
     auto summary = nlohmann::json::parse(std::ifstream(out / dtype / "summary.json"));
     EXPECT_EQ(summary["skipped_steps"].get<int>(), r.skipped_steps);
