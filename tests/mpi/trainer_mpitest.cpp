@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <vector>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -116,6 +117,33 @@ TEST(TrainerMultiRank, ExposedCommBelowCommOnlyWithOverlap) {
       EXPECT_LE(exposed, 1.5 * comm + 5.0 * (n - 1))
           << "overlap off: exposed " << exposed << " ms, comm " << comm << " ms";
   }
+}
+
+// fp16 with a loss scale too large to start with, 16-bit activations and full
+// recomputation on every rank: the ranks skip the same steps (the inf/NaN flag is agreed),
+// follow the same scale, and their replicas stay identical (checked after every step).
+TEST(TrainerMultiRank, Fp16OverflowSkipsTheSameStepsOnEveryRank) {
+  const fs::path out =
+      fs::temp_directory_path() / ("ringstep_mpifp16_" + std::to_string(world().size()));
+  if (world().rank() == 0) fs::remove_all(out);
+  world().barrier();
+  Config cfg = ringstep::testing::SmallRun(out.string(), 10);
+  cfg.precision.dtype = "fp16";
+  cfg.precision.loss_scale.initial = 0x1p24;
+  cfg.recompute.policy = "full";
+  cfg.train.check_replicas_every = 1;  // throws CommError if the replicas ever differ
+  cfg.profile.trace_steps = {};
+  const TrainOutcome r = train(cfg, &world());
+  ASSERT_EQ(r.loss_scales.size(), 10u);
+  EXPECT_GT(r.skipped_steps, 0);
+  EXPECT_EQ(r.optimizer_steps, 10 - r.skipped_steps);
+  // Every rank saw the same scales and skipped the same number of steps.
+  std::vector<double> all(world().size() * 11);
+  std::copy(r.loss_scales.begin(), r.loss_scales.end(), all.begin() + 11 * world().rank());
+  all[11 * world().rank() + 10] = r.skipped_steps;
+  world().allgather_bytes(all.data(), 11 * sizeof(double));
+  for (int q = 1; q < world().size(); ++q)
+    for (int i = 0; i < 11; ++i) EXPECT_EQ(all[11 * q + i], all[i]) << "rank " << q << " i " << i;
 }
 
 }  // namespace
