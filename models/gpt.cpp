@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/cpu/attention16.h"
 #include "core/cpu/gemm16.h"
 #include "core/cpu/ops.h"
 #include "core/error.h"
@@ -304,38 +305,22 @@ void Gpt::linear_bwd(float* din, size_t w, size_t b, const float* dout, const vo
 
 void Gpt::attention_fwd(void* atty, void* att, const void* qkv) {
   const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_heads;
-  if (!half()) {
+  if (half())
+    attention_forward16(opt_.act_dtype, static_cast<uint16_t*>(atty), static_cast<uint16_t*>(att),
+                        static_cast<const uint16_t*>(qkv), B, T, C, NH);
+  else
     attention_forward(static_cast<float*>(atty), static_cast<float*>(att),
                       static_cast<const float*>(qkv), B, T, C, NH);
-    return;
-  }
-  // One batch row at a time in fp32, so the scratch is one row's, not the batch's.
-  const size_t qkv_row = size_t(T) * 3 * C, att_row = size_t(NH) * T * T, y_row = size_t(T) * C;
-  for (int b = 0; b < B; ++b) {
-    Scratch s(*arena_);
-    const float* q = load(offset(qkv, b * qkv_row, esize()), qkv_row);
-    float* p32 = arena_->alloc_floats(att_row);
-    float* y32 = arena_->alloc_floats(y_row);
-    attention_forward(y32, p32, q, 1, T, C, NH);
-    store(offset(att, b * att_row, esize()), p32, att_row);
-    store(offset(atty, b * y_row, esize()), y32, y_row);
-  }
 }
 
 void Gpt::attention_bwd(float* dqkv, const float* datty, const void* qkv, const void* att) {
   const int B = B_, T = T_, C = cfg_.d_model, NH = cfg_.n_heads;
-  if (!half()) {
+  if (half())
+    attention_backward16(opt_.act_dtype, dqkv, datty, static_cast<const uint16_t*>(qkv),
+                         static_cast<const uint16_t*>(att), B, T, C, NH);
+  else
     attention_backward(dqkv, datty, static_cast<const float*>(qkv), static_cast<const float*>(att),
                        B, T, C, NH);
-    return;
-  }
-  const size_t qkv_row = size_t(T) * 3 * C, att_row = size_t(NH) * T * T, y_row = size_t(T) * C;
-  for (int b = 0; b < B; ++b) {
-    Scratch s(*arena_);
-    const float* q = load(offset(qkv, b * qkv_row, esize()), qkv_row);
-    const float* p32 = load(offset(att, b * att_row, esize()), att_row);
-    attention_backward(dqkv + b * qkv_row, datty + b * y_row, q, p32, 1, T, C, NH);
-  }
 }
 
 void Gpt::gelu_fwd(void* out, const void* in, size_t n) {
