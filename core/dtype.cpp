@@ -160,4 +160,18 @@ void bf16_to_fp32(const uint16_t* in, float* out, size_t n) {
   for (; i < n; ++i) out[i] = bf16_to_fp32(in[i]);
 }
 
+void widen_to_fp32(DType dt, const uint16_t* in, float* out, size_t n) {
+  if (dt == DType::bf16)
+    bf16_to_fp32(in, out, n);
+  else
+    fp16_to_fp32(in, out, n);
+}
+
+void narrow_from_fp32(DType dt, const float* in, uint16_t* out, size_t n) {
+  if (dt == DType::bf16)
+    fp32_to_bf16(in, out, n);
+  else
+    fp32_to_fp16(in, out, n);
+}
+
 }  // namespace ringstep

@@ -27,4 +27,8 @@ void fp16_to_fp32(const uint16_t* in, float* out, size_t n);
 void fp32_to_bf16(const float* in, uint16_t* out, size_t n);
 void bf16_to_fp32(const uint16_t* in, float* out, size_t n);
 
+// The same for a 16-bit dtype chosen at run time (DT = f16 or bf16).
+void widen_to_fp32(DType dt, const uint16_t* in, float* out, size_t n);
+void narrow_from_fp32(DType dt, const float* in, uint16_t* out, size_t n);
+
 }  // namespace ringstep

@@ -81,19 +81,6 @@ class Scratch {
   size_t mark_;
 };
 
-void to_f32(DType dt, const uint16_t* in, float* out, size_t n) {
-  if (dt == DType::bf16)
-    bf16_to_fp32(in, out, n);
-  else
-    fp16_to_fp32(in, out, n);
-}
-void from_f32(DType dt, const float* in, uint16_t* out, size_t n) {
-  if (dt == DType::bf16)
-    fp32_to_bf16(in, out, n);
-  else
-    fp32_to_fp16(in, out, n);
-}
-
 }  // namespace
 
 RecomputePolicy parse_recompute_policy(const std::string& name) {
@@ -183,7 +170,7 @@ void Gpt::alloc_missing(LayerActs& a, Keep k) {
 const float* Gpt::load(const void* act, size_t n) {
   if (!half()) return static_cast<const float*>(act);
   float* buf = arena_->alloc_floats(n);
-  to_f32(opt_.act_dtype, static_cast<const uint16_t*>(act), buf, n);
+  widen_to_fp32(opt_.act_dtype, static_cast<const uint16_t*>(act), buf, n);
   return buf;
 }
 
@@ -192,12 +179,12 @@ float* Gpt::out_f32(void* act, size_t n) {
 }
 
 void Gpt::store(void* act, const float* src, size_t n) {
-  if (half()) from_f32(opt_.act_dtype, src, static_cast<uint16_t*>(act), n);
+  if (half()) narrow_from_fp32(opt_.act_dtype, src, static_cast<uint16_t*>(act), n);
 }
 
 void Gpt::refresh_weights16() {
   weights16_.resize(params_.size());
-  from_f32(opt_.act_dtype, params_.data(), weights16_.data(), params_.size());
+  narrow_from_fp32(opt_.act_dtype, params_.data(), weights16_.data(), params_.size());
   weights16_stale_ = false;
 }
 
@@ -289,7 +276,7 @@ void Gpt::linear_bwd(float* din, size_t w, size_t b, const float* dout, const vo
     const float* dy = dout + size_t(r0) * OC;
     Scratch s(*arena_);
     auto* d16 = static_cast<uint16_t*>(arena_->alloc_bytes(size_t(rows) * OC * sizeof(uint16_t)));
-    from_f32(dt, dy, d16, size_t(rows) * OC);
+    narrow_from_fp32(dt, dy, d16, size_t(rows) * OC);
     if (din != nullptr)
       gemm16(dt, false, false, rows, C, OC, 1.0f, d16, OC, p16(w), C, 1.0f,
              din + size_t(r0) * C, C);

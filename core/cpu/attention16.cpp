@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu/attention_rows.h"
 #include "core/cpu/eigen_maps.h"
 #include "core/cpu/gemm16.h"
 
@@ -34,18 +35,9 @@
 namespace ringstep::cpu {
 namespace {
 
-constexpr int kQueryBlock = 64;  // as in ops_attention.cpp
-constexpr std::align_val_t kScratchAlign{64};
+using namespace attention_rows;
 
-// OpenMP threads for the per-head loop (1 when there is a single pair). gemm16 called
-// inside the loop runs on its calling thread, fallback sgemm included.
-int head_loop_threads(int pairs) {
-#ifdef _OPENMP
-  return pairs > 1 ? omp_get_max_threads() : 1;
-#else
-  return 1;
-#endif
-}
+constexpr std::align_val_t kScratchAlign{64};
 
 // 64-byte aligned allocator: one cache line, one AVX-512 packet, the AMX kernel's loads.
 template <typename T>
@@ -65,52 +57,6 @@ T* scratch(size_t n) {
   thread_local std::vector<T, Aligned64<T>> buf;
   if (buf.size() < n) buf.resize(n);
   return buf.data();
-}
-
-void narrow(DType dt, const float* in, uint16_t* out, size_t n) {
-  if (dt == DType::bf16) {
-    fp32_to_bf16(in, out, n);
-  } else {
-    fp32_to_fp16(in, out, n);
-  }
-}
-void widen(DType dt, const uint16_t* in, float* out, size_t n) {
-  if (dt == DType::bf16) {
-    bf16_to_fp32(in, out, n);
-  } else {
-    fp16_to_fp32(in, out, n);
-  }
-}
-
-// The row helpers below are copies of ops_attention.cpp's padded_length, causal_softmax_row
-// and causal_softmax_backward_row (fp32 only), with the row's capacity nk instead of Tt.
-// Row t has t + 1 live entries; the loops run over that length rounded up to kRowPad (one
-// AVX-512 packet of floats), padded with entries that contribute nothing, so Eigen's
-// vector loops (exp above all) get no scalar remainder. The rounded length never passes
-// nk: a block that is not the last ends on a multiple of 64.
-constexpr int kRowPad = 16;
-int padded_length(int live, int limit) {
-  return std::min(limit, (live + kRowPad - 1) / kRowPad * kRowPad);
-}
-
-// Softmax in place over row[0..t]; exact zeros in row[t+1..nk).
-void causal_softmax_row(float* row, int t, int nk) {
-  const int len = padded_length(t + 1, nk);
-  std::fill(row + t + 1, row + len, -std::numeric_limits<float>::infinity());
-  ArrayMap<float> r(row, len);
-  r = (r - r.maxCoeff()).exp();
-  std::fill(row + t + 1, row + nk, 0.0f);  // exact zeros whatever exp(-inf) rounds to
-  r *= 1.0f / r.sum();
-}
-
-// Softmax backward in place: ds[j] = p[j] (dp[j] - sum_k p[k] dp[k]) over row t (p holds
-// at least padded_length(t + 1, nk) entries, exactly 0 past t, so the padding gives 0).
-void causal_softmax_backward_row(float* ds, const float* p, int t, int nk) {
-  const int len = padded_length(t + 1, nk);
-  ArrayMap<float> d(ds, len);
-  const ConstArrayMap<float> pr(p, len);
-  d = pr * (d - (d * pr).sum());
-  std::fill(ds + len, ds + nk, 0.0f);
 }
 
 void check_args(const char* fn, DType dt, int C, int NH) {
@@ -155,12 +101,12 @@ void attention_forward16(DType dt, uint16_t* out, uint16_t* att, const uint16_t*
         float* row = s + size_t(i) * nk;
         uint16_t* prow = p + size_t(r0 + i) * T;
         causal_softmax_row(row, r0 + i, nk);
-        narrow(dt, row, prow, size_t(nk));
+        narrow_from_fp32(dt, row, prow, size_t(nk));
         std::fill(prow + nk, prow + T, uint16_t(0));  // +0 in both bf16 and fp16
       }
       gemm16(dt, false, false, nr, hs, nk, 1.0f, p + size_t(r0) * T, T, v, ld3, 0.0f, o32, hs);
       for (int i = 0; i < nr; ++i) {
-        narrow(dt, o32 + size_t(i) * hs, o + size_t(r0 + i) * C, size_t(hs));
+        narrow_from_fp32(dt, o32 + size_t(i) * hs, o + size_t(r0 + i) * C, size_t(hs));
       }
     }
   }
@@ -192,14 +138,14 @@ void attention_backward16(DType dt, float* dqkv, const float* dout, const uint16
       const int nr = std::min(kQueryBlock, T - r0), nk = r0 + nr;
       const uint16_t* pb = p + size_t(r0) * T;
       for (int i = 0; i < nr; ++i) {
-        narrow(dt, dout_h + size_t(r0 + i) * C, do16 + size_t(i) * hs, size_t(hs));
+        narrow_from_fp32(dt, dout_h + size_t(r0 + i) * C, do16 + size_t(i) * hs, size_t(hs));
       }
       gemm16(dt, false, true, nr, nk, hs, 1.0f, do16, hs, v, ld3, 0.0f, ds, nk);  // dP
       for (int i = 0; i < nr; ++i) {
         const int t = r0 + i;
-        widen(dt, p + size_t(t) * T, prow, size_t(padded_length(t + 1, nk)));
+        widen_to_fp32(dt, p + size_t(t) * T, prow, size_t(padded_length(t + 1, nk)));
         causal_softmax_backward_row(ds + size_t(i) * nk, prow, t, nk);
-        narrow(dt, ds + size_t(i) * nk, ds16 + size_t(i) * nk, size_t(nk));
+        narrow_from_fp32(dt, ds + size_t(i) * nk, ds16 + size_t(i) * nk, size_t(nk));
       }
       // dq += scale dS k; dk += scale dS^T q; dv += P^T dO (all in fp32 accumulators).
       gemm16(dt, false, false, nr, hs, nk, scale, ds16, nk, k, ld3, 1.0f, dq + size_t(r0) * ld3,

@@ -92,11 +92,7 @@ const float* widen(DType dt, const uint16_t* src, int rows, int cols, int ld,
   for (int r = 0; r < rows; ++r) {
     const uint16_t* in = src + size_t(r) * ld;
     float* o = out + size_t(r) * cols;
-    if (dt == DType::bf16) {
-      bf16_to_fp32(in, o, size_t(cols));
-    } else {
-      fp16_to_fp32(in, o, size_t(cols));
-    }
+    widen_to_fp32(dt, in, o, size_t(cols));
   }
   return out;
 }

@@ -11,6 +11,7 @@
 // the result does not depend on the thread count. Inside that loop each GEMM runs on one
 // BLAS thread (see OneBlasThread).
 #include "core/cpu/ops.h"
+#include "core/cpu/attention_rows.h"
 #include "core/cpu/eigen_maps.h"
 
 // GCC 12 reports its own _mm512_undefined_* intrinsics (inlined through Eigen's AVX-512
@@ -34,21 +35,8 @@ extern "C" void openblas_set_num_threads(int num_threads);
 namespace ringstep::cpu {
 namespace {
 
-template <typename T>
-using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <typename T>
-using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+using namespace attention_rows;
 
-constexpr int kQueryBlock = 64;
-
-// OpenMP threads for the per-head loop (1 when there is a single pair).
-int head_loop_threads(int pairs) {
-#ifdef _OPENMP
-  return pairs > 1 ? omp_get_max_threads() : 1;
-#else
-  return 1;
-#endif
-}
 
 // While the per-head loop runs on several threads, OpenBLAS runs on one: its pthreads
 // build serialises threaded GEMMs issued from several threads at once (a global level-3
@@ -88,42 +76,12 @@ StridedMap<T> head_slice(T* qkv, int part, int b, int h, int Tt, int C, int hs) 
   return StridedMap<T>(p, Tt, hs, Eigen::OuterStride<>(3 * C));
 }
 
-// Row t has t + 1 live entries. The row loops below run over that length rounded up to
-// kRowPad (one AVX-512 packet of floats), padded with entries that contribute nothing, so
-// Eigen's vector loops (exp above all) get no scalar remainder.
-constexpr int kRowPad = 16;
-int padded_length(int live, int limit) {
-  return std::min(limit, (live + kRowPad - 1) / kRowPad * kRowPad);
-}
-
 // Per-thread block of dP/dS, kept between calls; aligned for Eigen's packet loads.
 template <typename T>
 T* scratch(size_t n) {
   thread_local std::vector<T, Eigen::aligned_allocator<T>> buf;
   if (buf.size() < n) buf.resize(n);
   return buf.data();
-}
-
-// Softmax in place over row[0..t] (the keys query t may see); exact zeros in row[t+1..Tt).
-template <typename T>
-void causal_softmax_row(T* row, int t, int Tt) {
-  const int len = padded_length(t + 1, Tt);
-  std::fill(row + t + 1, row + len, -std::numeric_limits<T>::infinity());
-  ArrayMap<T> r(row, len);
-  r = (r - r.maxCoeff()).exp();
-  std::fill(row + t + 1, row + Tt, T(0));  // exact zeros whatever exp(-inf) rounds to
-  r *= T(1) / r.sum();
-}
-
-// Softmax backward in place on row t of a block: ds[j] = p[j] (dp[j] - sum_k p[k] dp[k]).
-// p[j] is exactly 0 for j > t, so the padding entries come out 0 as well.
-template <typename T>
-void causal_softmax_backward_row(T* ds, const T* p, int t, int nk) {
-  const int len = padded_length(t + 1, nk);
-  ArrayMap<T> d(ds, len);
-  const ConstArrayMap<T> pr(p, len);
-  d = pr * (d - (d * pr).sum());
-  std::fill(ds + len, ds + nk, T(0));
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ double measure_matmul_peak_gflops(DType dt, int dim, int repeats, int threads_af
   std::vector<uint16_t> a(n), b(n);
   std::vector<float> src(n), c(n);
   for (size_t i = 0; i < n; ++i) src[i] = float(i % 97) / 97.0f - 0.5f;
-  dt == DType::bf16 ? fp32_to_bf16(src.data(), a.data(), n) : fp32_to_fp16(src.data(), a.data(), n);
+  narrow_from_fp32(dt, src.data(), a.data(), n);
   b = a;
   auto gemm = [&] {
     cpu::gemm16(dt, false, true, dim, dim, dim, 1.0f, a.data(), dim, b.data(), dim, 0.0f,
