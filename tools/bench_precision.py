@@ -2,7 +2,8 @@
 """Precision and recomputation benchmark on configs/small.yaml (one rank, one thread).
 
 Runs `ringstep train` for each (dtype, recompute policy) pair, ROUNDS times in interleaved
-order (A B C ... A B C ...) so that this shared machine's drift hits every pair alike,
+order (A B C ... then ... C B A, alternating) so that this shared machine's drift hits
+every pair alike,
 and prints per pair: the activation arena's peak bytes, the median step time (warm-up
 steps excluded, from summary.json), the recompute time per step, and ratios against
 fp32 + none measured in the same run. Targets (issue 4): full recompute cuts the
@@ -59,7 +60,10 @@ def main():
     results = {pair: [] for pair in pairs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for i, (dtype, policy) in enumerate(pairs):
+            # Odd rounds run the pairs in reverse order, so that an effect of a run's position
+            # in the round (this host slows down over minutes) does not favour any pair.
+            order = pairs if r % 2 == 0 else list(reversed(pairs))
+            for i, (dtype, policy) in enumerate(order):
                 print(f"round {r + 1}/{args.rounds}: {dtype} {policy} "
                       f"({i + 1}/{len(pairs)}) ...", file=sys.stderr, flush=True)
                 res = run(args.binary, os.path.join(tmp, f"{dtype}-{policy}-{r}"), dtype,
@@ -76,7 +80,7 @@ def main():
                        "final_loss": runs[-1]["final_loss"]}
     base = table[(args.dtypes.split(",")[0], "none")]
     print(f"\nconfigs/small.yaml, 1 rank x 1 thread, {args.steps} steps x {args.rounds} rounds "
-          f"(interleaved); ratios against fp32 none in the same run")
+          f"(interleaved, every other round reversed); ratios against fp32 none in the same run")
     print(f"{'dtype':6} {'recompute':10} {'act peak MiB':>12} {'vs fp32':>8} {'vs none':>8} "
           f"{'step ms':>9} {'vs fp32':>8} {'vs none':>8} {'recomp ms':>9}")
     for (dtype, policy), t in table.items():
