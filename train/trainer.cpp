@@ -446,6 +446,12 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
         "%.1f at end)\n",
         p50, human_count(tok_s).c_str(), 100.0 * double(sum["mfu"]), peak_best, peak_gflops,
         peak_end);
+    std::printf(
+        "  activations: arena peak %.2f MiB measured; Korthikanti et al. estimate %.2f MiB for "
+        "the blocks (%s, recompute %s); the arena also holds embeddings, logits and backward's "
+        "buffers\n",
+        arena.peak_bytes() / 1048576.0, activation_estimate_bytes(cfg) / 1048576.0,
+        cfg.precision.dtype.c_str(), cfg.recompute.policy.c_str());
     if (scaler.state().skipped_total > 0)
       std::printf("  skipped %lld of %zu steps (inf/NaN gradients); loss scale now %g\n",
                   static_cast<long long>(scaler.state().skipped_total), out.loss_scales.size(),
