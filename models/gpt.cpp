@@ -129,10 +129,11 @@ size_t Gpt::arena_bytes(int B, int T) const {
   for (size_t s : layer) one_layer += rounded(s);
   size_t bytes = rounded(N * C) + (cfg_.n_layers + 1) * one_layer + rounded(N * C);
   for (size_t s : {N * C, N, N, N * V, N * V, N}) bytes += rounded(s);  // lnf .. logits, losses
-  // backward: dres, dln, dqkv, datty, dfch, dgelu, dlogits
+  // backward's buffers, counted generously (14 N C + N V; they take 6 N C + N V)
   for (size_t s : {N * C, N * C, 3 * N * C, N * C, 4 * N * C, 4 * N * C, N * V})
     bytes += rounded(s);
-  // 16-bit path scratch: two fp32 views of up to 4NC or N x V, one attention batch row.
+  // 16-bit path scratch: fp32 views of row blocks (at most 4 N C or N x V each) and
+  // attention's per-thread blocks, again generously.
   bytes += 2 * rounded(std::max(4 * N * C, N * V)) + rounded(size_t(T) * 3 * C) +
            rounded(H * T * T) + rounded(size_t(T) * C) + rounded(N * std::max(4 * C, V));
   return bytes + (size_t{1} << 16);
