@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -118,15 +119,24 @@ double Gpt::recompute_flops_per_token() const {
 
 static size_t rounded(size_t floats) { return (floats * sizeof(float) + 63) / 64 * 64; }
 
+std::array<size_t, 9> Gpt::act_sizes(int B, int T) const {
+  const size_t N = size_t(B) * T, C = cfg_.d_model;
+  // In act_slots() order: ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, res3.
+  return {N * C, 3 * N * C, size_t(B) * cfg_.n_heads * T * T, N * C, N * C,
+          N * C, 4 * N * C, 4 * N * C,                        N * C};
+}
+
+std::array<void**, 9> Gpt::act_slots(LayerActs& a) {
+  return {&a.ln1, &a.qkv, &a.att, &a.atty, &a.res2, &a.ln2, &a.fch, &a.fch_gelu, &a.res3};
+}
+
 size_t Gpt::arena_bytes(int B, int T) const {
   // An upper bound: every tensor counted as fp32 and kept, plus one block of recompute
   // temporaries and the largest per-op scratch of the 16-bit path.
   const size_t N = size_t(B) * T, C = cfg_.d_model, V = cfg_.vocab_size;
   const size_t H = cfg_.n_heads;
-  const std::vector<size_t> layer = {N * C, N,     N, 3 * N * C, B * H * T * T, N * C, N * C,
-                                     N * C, N,     N, 4 * N * C, 4 * N * C,     N * C};
-  size_t one_layer = 0;
-  for (size_t s : layer) one_layer += rounded(s);
+  size_t one_layer = 4 * rounded(N);  // LayerNorm statistics
+  for (size_t s : act_sizes(B, T)) one_layer += rounded(s);
   size_t bytes = rounded(N * C) + (cfg_.n_layers + 1) * one_layer + rounded(N * C);
   for (size_t s : {N * C, N, N, N * V, N * V, N}) bytes += rounded(s);  // lnf .. logits, losses
   // backward's buffers, counted generously (14 N C + N V; they take 6 N C + N V)
@@ -146,26 +156,14 @@ size_t Gpt::arena_bytes(int B, int T) const {
 void* Gpt::alloc_act(size_t n) { return arena_->alloc_bytes(n * esize()); }
 
 void Gpt::alloc_missing(LayerActs& a, Keep k) {
-  const size_t N = size_t(B_) * T_, C = cfg_.d_model;
-  auto act = [&](void*& slot, size_t n) {
-    if (slot == nullptr) slot = alloc_act(n);
-  };
-  auto stat = [&](float*& slot) {
-    if (slot == nullptr) slot = arena_->alloc_floats(N);
-  };
-  act(a.ln1, N * C);
-  stat(a.ln1_mean);
-  stat(a.ln1_rstd);
-  act(a.qkv, 3 * N * C);
-  act(a.att, size_t(B_) * cfg_.n_heads * T_ * T_);
-  act(a.atty, N * C);
-  act(a.res2, N * C);
-  act(a.ln2, N * C);
-  stat(a.ln2_mean);
-  stat(a.ln2_rstd);
-  act(a.fch, 4 * N * C);
-  act(a.fch_gelu, 4 * N * C);
-  if (k != Keep::input) act(a.res3, N * C);  // a full recompute never rebuilds the output
+  const std::array<size_t, 9> sizes = act_sizes(B_, T_);
+  const std::array<void**, 9> slots = act_slots(a);
+  // A full recompute never rebuilds the output (res3, the last slot).
+  const size_t n_slots = k == Keep::input ? slots.size() - 1 : slots.size();
+  for (size_t i = 0; i < n_slots; ++i)
+    if (*slots[i] == nullptr) *slots[i] = alloc_act(sizes[i]);
+  for (float** stat : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd})
+    if (*stat == nullptr) *stat = arena_->alloc_floats(size_t(B_) * T_);
 }
 
 const float* Gpt::load(const void* act, size_t n) {
@@ -222,17 +220,14 @@ void Gpt::layernorm_fwd(void* out, float* mean, float* rstd, const void* in, siz
   }
 }
 
-void Gpt::linear_fwd(float* out, const void* in, size_t w, size_t b, int C, int OC) {
-  const int N = B_ * T_;
-  if (!half()) {
-    matmul_forward(out, static_cast<const float*>(in), p(w), b == kNoBias ? nullptr : p(b), N, C,
-                   OC);
-    return;
-  }
-  if (b != kNoBias)
-    for (int n = 0; n < N; ++n) std::memcpy(out + size_t(n) * OC, p(b), OC * sizeof(float));
-  gemm16(opt_.act_dtype, false, true, N, OC, C, 1.0f, static_cast<const uint16_t*>(in), C, p16(w),
-         C, b == kNoBias ? 0.0f : 1.0f, out, OC);
+void Gpt::logits_fwd(float* logits) {
+  const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size;
+  if (half())
+    gemm16(opt_.act_dtype, false, true, N, V, C, 1.0f, static_cast<const uint16_t*>(lnf_), C,
+           p16(wte_), C, 0.0f, logits, V);
+  else
+    matmul_forward(logits, static_cast<const float*>(lnf_), p(wte_),
+                   static_cast<const float*>(nullptr), N, C, V);
 }
 
 void Gpt::linear_fwd_act(void* out, const void* in, size_t w, size_t b, int C, int OC,
@@ -456,10 +451,11 @@ float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int
     LayerActs& a = acts_[l];
     const Keep k = keep(l);
     layer_marks_[l] = arena.mark();
-    // What this block keeps until backward.
     if (k == Keep::all) {
       alloc_missing(a, k);
+      block_forward(l, x, a);
     } else {
+      // What this block keeps until backward; the rest lives only while the block runs.
       if (k == Keep::selective) {
         a.qkv = alloc_act(3 * NC);
         a.atty = alloc_act(NC);
@@ -467,11 +463,7 @@ float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int
         a.fch = alloc_act(4 * NC);
       }
       a.res3 = alloc_act(NC);
-    }
-    if (k == Keep::all) {
-      block_forward(l, x, a);
-    } else {
-      Scratch s(arena);  // the rest lives only while the block runs
+      Scratch s(arena);
       LayerActs t = a;
       alloc_missing(t, Keep::all);
       block_forward(l, x, t);
@@ -489,7 +481,7 @@ float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int
     // Logits and the loss stay fp32 (as under autocast); backward only needs the probabilities.
     Scratch s(arena);
     float* logits = arena.alloc_floats(size_t(N) * V);
-    linear_fwd(logits, lnf_, wte_, kNoBias, C, V);
+    logits_fwd(logits);
     softmax_crossentropy_forward(losses_, probs_, logits, targets, N, V);
   }
   double sum = 0.0;

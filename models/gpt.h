@@ -18,6 +18,7 @@
 // One Gpt per training thread; not thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -109,6 +110,10 @@ class Gpt {
   bool half() const { return opt_.act_dtype != DType::f32; }
   size_t esize() const { return dtype_size(opt_.act_dtype); }
 
+  // Element counts of a block's act_dtype tensors, in the order of act_slots().
+  std::array<size_t, 9> act_sizes(int B, int T) const;
+  static std::array<void**, 9> act_slots(LayerActs& a);
+
   // Storage helpers (see gpt.cpp).
   void* alloc_act(size_t n);
   void alloc_missing(LayerActs& a, Keep k);
@@ -119,7 +124,8 @@ class Gpt {
 
   // Ops on stored activations.
   void layernorm_fwd(void* out, float* mean, float* rstd, const void* in, size_t w, size_t b);
-  void linear_fwd(float* out, const void* in, size_t w, size_t b, int C, int OC);
+  // The LM head's logits [N, V] (fp32) from the final LayerNorm's output and wte.
+  void logits_fwd(float* logits);
   void linear_bwd(float* din, size_t w, size_t b, const float* dout, const void* in, int C,
                   int OC);
   void attention_fwd(void* atty, void* att, const void* qkv);

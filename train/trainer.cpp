@@ -134,9 +134,13 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   const int threads = resolve_threads(cfg.run.threads, local_rank_count());
   set_compute_threads(threads);
   const DType act_dtype = parse_dtype(cfg.precision.dtype);
-  const double peak_gflops = cfg.profile.peak_gflops > 0
-                                 ? cfg.profile.peak_gflops
-                                 : measure_matmul_peak_gflops(act_dtype, 2048, 5, threads) * threads;
+  // The peak of the kernel the matrix products run on (docs/metrics.md), per rank.
+  auto measure_peak = [&] {
+    return cfg.profile.peak_gflops > 0
+               ? cfg.profile.peak_gflops
+               : measure_matmul_peak_gflops(act_dtype, 2048, 5, threads) * threads;
+  };
+  const double peak_gflops = measure_peak();
 
   const GptOptions gopt{act_dtype,
                         parse_recompute_policy(cfg.recompute.policy), cfg.recompute.k};
@@ -221,10 +225,10 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   double comm_ms_total = 0, comm_exposed_total = 0, step_ms_total = 0;
   float last_val = NAN;
   TraceRecorder trace;
-  std::string stop_reason;
   StepTimer timer(cfg.profile.enabled);
   const auto t_loop = SteadyClock::now();
-  for (int step = 0; step < cfg.train.steps; ++step) {
+  // Every rank sees the same agreed flags, so every rank stops at the same step.
+  for (int step = 0; step < cfg.train.steps && !scaler.should_stop(); ++step) {
     const bool traced =
         timer.enabled() && !window.empty() && step + 1 >= window[0] && step + 1 <= window[1];
     // Adds the phase that began at T0 to its field and, inside the trace window, to the trace.
@@ -280,7 +284,6 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       phase(&PhaseTimes::optimizer, "optimizer", t0);
     }
     out.loss_scales.push_back(scale_used);
-    if (!applied) ++out.skipped_steps;
     if (traced && step + 1 == window[1])
       trace.write(cfg.run.out_dir + "/trace/rank-" + std::to_string(rank) + ".json", rank);
     const PhaseTimes& pt = timer.end_step(red.comm_ms, red.exposed_ms);
@@ -298,10 +301,6 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
         if (lead)
           std::printf("step %d/%d | loss %.4f | lr %.2e%s (profiler off)\n", step + 1,
                       cfg.train.steps, loss, lr, applied ? "" : " | SKIPPED");
-      }
-      if (scaler.should_stop()) {
-        stop_reason = scaler.stop_message();
-        break;
       }
       continue;
     }
@@ -379,20 +378,15 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
         std::fflush(stdout);
       }
     }
-    // Every rank saw the same agreed flags, so every rank stops at the same step.
-    if (scaler.should_stop()) {
-      stop_reason = scaler.stop_message();
-      break;
-    }
   }
+  const std::string stop_reason = scaler.should_stop() ? scaler.stop_message() : "";
 
   const double loop_s = std::chrono::duration<double>(SteadyClock::now() - t_loop).count();
   out.final_val_loss = eval.run(model, arena);
   // This machine's speed drifts (shared host): the peak is measured again after the run
   // and the summary's MFU divides by the larger of the two, so it is never flattered by a
   // slow moment at start-up.
-  const double peak_end =
-      cfg.profile.peak_gflops > 0 ? peak_gflops : measure_matmul_peak_gflops(act_dtype, 2048, 5, threads) * threads;
+  const double peak_end = measure_peak();
   const double peak_best = std::max(peak_gflops, peak_end);
   if (lead) {
     // Steady state: the first steps (page faults, warm caches) are left out of the
@@ -459,6 +453,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     std::printf("  wrote %s/{config.yaml,steps.jsonl,summary.json}\n", cfg.run.out_dir.c_str());
   }
   out.optimizer_steps = opt.step_count();
+  out.skipped_steps = int(scaler.state().skipped_total);
   if (!stop_reason.empty()) throw TrainingStopped(stop_reason);
   return out;
 }

@@ -11,58 +11,57 @@
 #include "core/threads.h"
 
 namespace ringstep {
+namespace {
 
-double measure_sgemm_gflops(int dim, int repeats, int threads_after) {
+// GFLOP/s of GEMM(), a DIM^3 product, on one thread: warm-up first (page in, and keep the
+// core busy long enough, 0.5 s, for its clock to ramp up; this host's speed also drifts by
+// up to 1.5x within minutes, docs/perf.md), then the best of REPEATS timed calls. Restores
+// the thread count to THREADS_AFTER.
+template <typename F>
+double best_gflops(F&& gemm, int dim, int repeats, int threads_after) {
   set_compute_threads(1);
-  Eigen::MatrixXf a = Eigen::MatrixXf::Random(dim, dim);
-  Eigen::MatrixXf b = Eigen::MatrixXf::Random(dim, dim);
-  Eigen::MatrixXf c(dim, dim);
-  // Warm-up: page in, and keep the core busy long enough (0.5 s) for its clock to ramp up;
-  // this host's speed also drifts by up to 1.5x within minutes (docs/perf.md).
   const auto warm_start = std::chrono::steady_clock::now();
   do {
-    c.noalias() = a * b;
+    gemm();
   } while (std::chrono::steady_clock::now() - warm_start < std::chrono::milliseconds(500));
   double best_s = 1e30;
   for (int r = 0; r < repeats; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    c.noalias() = a * b;
+    gemm();
     auto t1 = std::chrono::steady_clock::now();
     best_s = std::min(best_s, std::chrono::duration<double>(t1 - t0).count());
   }
   set_compute_threads(threads_after);
+  return 2.0 * double(dim) * dim * dim / best_s / 1e9;
+}
+
+}  // namespace
+
+double measure_sgemm_gflops(int dim, int repeats, int threads_after) {
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(dim, dim);
+  Eigen::MatrixXf b = Eigen::MatrixXf::Random(dim, dim);
+  Eigen::MatrixXf c(dim, dim);
+  const double gflops = best_gflops([&] { c.noalias() = a * b; }, dim, repeats, threads_after);
   volatile float sink = c(0, 0);
   (void)sink;
-  return 2.0 * double(dim) * dim * dim / best_s / 1e9;
+  return gflops;
 }
 
 double measure_matmul_peak_gflops(DType dt, int dim, int repeats, int threads_after) {
   if (dt == DType::f32 || std::strcmp(cpu::gemm16_kernel(dt), "fp32-sgemm") == 0)
     return measure_sgemm_gflops(dim, repeats, threads_after);
-  set_compute_threads(1);
   const size_t n = size_t(dim) * dim;
-  std::vector<uint16_t> a(n), b(n);
+  std::vector<uint16_t> a(n);
   std::vector<float> src(n), c(n);
   for (size_t i = 0; i < n; ++i) src[i] = float(i % 97) / 97.0f - 0.5f;
   narrow_from_fp32(dt, src.data(), a.data(), n);
-  b = a;
-  auto gemm = [&] {
-    cpu::gemm16(dt, false, true, dim, dim, dim, 1.0f, a.data(), dim, b.data(), dim, 0.0f,
-                c.data(), dim);
-  };
-  const auto warm_start = std::chrono::steady_clock::now();
-  do {
-    gemm();
-  } while (std::chrono::steady_clock::now() - warm_start < std::chrono::milliseconds(500));
-  double best_s = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    gemm();
-    auto t1 = std::chrono::steady_clock::now();
-    best_s = std::min(best_s, std::chrono::duration<double>(t1 - t0).count());
-  }
-  set_compute_threads(threads_after);
-  return 2.0 * double(dim) * dim * dim / best_s / 1e9;
+  const std::vector<uint16_t> b = a;
+  return best_gflops(
+      [&] {
+        cpu::gemm16(dt, false, true, dim, dim, dim, 1.0f, a.data(), dim, b.data(), dim, 0.0f,
+                    c.data(), dim);
+      },
+      dim, repeats, threads_after);
 }
 
 }  // namespace ringstep
