@@ -7,6 +7,7 @@
 
 #include "comm/communicator.h"
 #include "comm/engine.h"
+#include "core/checksum.h"
 #include "models/gpt.h"
 #include "optim/loss_scaler.h"
 #include "train/report.h"  // percentile
@@ -194,10 +195,7 @@ GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {
 
 void GradSync::check_replicas(const float* params, size_t n, int step) {
   if (world_ <= 1) return;
-  // FNV-1a over the bytes: any flipped bit changes it.
-  uint64_t h = 1469598103934665603ull;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(params);
-  for (size_t i = 0; i < n * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  const uint64_t h = fnv1a64(params, n * sizeof(float));
   std::vector<uint64_t> all(world_);
   all[rank_] = h;
   engine_

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/checksum.h"
 #include "core/cpu/blas_env.h"
 #include "core/cpu/gemm16.h"
 #include "core/cpu/peak.h"
@@ -453,6 +454,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     std::printf("  wrote %s/{config.yaml,steps.jsonl,summary.json}\n", cfg.run.out_dir.c_str());
   }
   out.optimizer_steps = opt.step_count();
+  out.params_fnv1a64 = fnv1a64(model.params().data(), model.params().bytes());
   out.skipped_steps = int(scaler.state().skipped_total);
   if (!stop_reason.empty()) throw TrainingStopped(stop_reason);
   return out;

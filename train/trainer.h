@@ -22,6 +22,7 @@ struct TrainOutcome {
   int skipped_steps = 0;            // steps skipped for inf/NaN gradients
   int64_t optimizer_steps = 0;      // steps applied (Adam's step count)
   float final_val_loss = 0;
+  uint64_t params_fnv1a64 = 0;      // fnv1a64 of the final parameter buffer's bytes
 };
 
 // The run stopped itself (max_consecutive_skips overflowing steps in a row); the message

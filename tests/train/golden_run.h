@@ -1,0 +1,153 @@
+// Golden runs: short training runs whose losses, loss scales, final validation loss and
+// final parameters must stay bit-identical across refactors. One file per world size
+// (tests/train/golden/npN.json) holds, per case (dtype x recompute policy), the bits of
+// every number, and a fingerprint of the kernels that produced them: fp32 results depend
+// on the BLAS kernel set, bf16 on whether gemm16 runs on AMX. On a machine with another
+// fingerprint the comparison is skipped with a message (the goldens do not apply there).
+//
+// RINGSTEP_GOLDEN_RECORD=1 writes the file instead of comparing (only when the numbers
+// are meant to change; say why in the commit).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/cpu/blas_env.h"
+#include "core/cpu/gemm16.h"
+#include "core/dtype.h"
+#include "train/trainer.h"
+
+namespace ringstep::testing {
+
+struct GoldenCase {
+  const char* dtype;
+  const char* recompute;
+  const char* name;
+  std::vector<std::string> extra;  // more overrides
+};
+
+inline const std::vector<GoldenCase>& golden_cases() {
+  static const std::vector<GoldenCase> kCases = {
+      {"fp32", "none", "fp32/none", {}},
+      {"fp32", "full", "fp32/full", {}},
+      {"bf16", "none", "bf16/none", {}},
+      {"bf16", "full", "bf16/full", {}},
+      {"fp16", "none", "fp16/none", {}},
+      {"fp16", "full", "fp16/full", {}},
+      // The loss scaler's skip path (2^24 overflows fp16 at first) and selective recompute.
+      {"fp16",
+       "selective",
+       "fp16/selective/overflow",
+       {"precision.loss_scale.initial=16777216", "precision.loss_scale.growth_interval=2"}},
+  };
+  return kCases;
+}
+
+// 4 x 160 tokens per micro-batch (640 rows: more than one of the 16-bit path's row
+// blocks), 2 layers of width 32, 5 steps of 2 micro-batches, one thread, a fixed peak.
+inline Config golden_config(const GoldenCase& c, const std::string& out_dir) {
+  std::vector<std::string> overrides = {"model.vocab_size=64",
+                                        "model.seq_len=160",
+                                        "model.d_model=32",
+                                        "model.n_layers=2",
+                                        "model.n_heads=2",
+                                        "train.steps=5",
+                                        "train.micro_batch=4",
+                                        "train.grad_accum_steps=2",
+                                        "train.warmup_steps=1",
+                                        "train.eval_every=0",
+                                        "train.eval_batches=1",
+                                        "run.threads=1",
+                                        "profile.peak_gflops=100",
+                                        "run.out_dir=" + out_dir,
+                                        std::string("precision.dtype=") + c.dtype,
+                                        std::string("recompute.policy=") + c.recompute};
+  overrides.insert(overrides.end(), c.extra.begin(), c.extra.end());
+  return parse_config("", "golden", overrides);
+}
+
+inline std::string golden_fingerprint() {
+  return blas_description() + "; bf16 " + cpu::gemm16_kernel(DType::bf16) + "; fp16 " +
+         cpu::gemm16_kernel(DType::f16);
+}
+
+inline std::string hex_bits(uint64_t bits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(bits));
+  return buf;
+}
+inline std::string hex_of(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return hex_bits(b);
+}
+inline std::string hex_of(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return hex_bits(b);
+}
+
+// Every number of an outcome as exact bits (and the values, for a reader of the file).
+inline nlohmann::ordered_json golden_record(const TrainOutcome& r) {
+  nlohmann::ordered_json j, losses = nlohmann::ordered_json::array(),
+                            scales = nlohmann::ordered_json::array();
+  for (float l : r.losses) losses.push_back(hex_of(l));
+  for (double s : r.loss_scales) scales.push_back(hex_of(s));
+  j["losses"] = losses;
+  j["loss_scales"] = scales;
+  j["final_val_loss"] = hex_of(r.final_val_loss);
+  j["params_fnv1a64"] = hex_bits(r.params_fnv1a64);
+  j["skipped_steps"] = r.skipped_steps;
+  j["optimizer_steps"] = r.optimizer_steps;
+  j["readable"] = {{"first_loss", r.losses.empty() ? 0.0f : r.losses.front()},
+                   {"last_loss", r.losses.empty() ? 0.0f : r.losses.back()},
+                   {"final_val_loss", r.final_val_loss}};
+  return j;
+}
+
+inline std::filesystem::path golden_file(int world) {
+  return std::filesystem::path(RINGSTEP_SOURCE_DIR) / "tests/train/golden" /
+         ("np" + std::to_string(world) + ".json");
+}
+
+// Runs every case on COMM (null: one rank) and compares with (or, when recording, writes)
+// the world size's golden file. Only rank 0 reads or writes the file.
+inline void check_goldens(Communicator* comm, int rank, int world) {
+  const bool record = std::getenv("RINGSTEP_GOLDEN_RECORD") != nullptr;
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() /
+      ("ringstep_golden_np" + std::to_string(world) + "_" + std::to_string(::getpid()));
+  nlohmann::ordered_json got;
+  got["fingerprint"] = golden_fingerprint();
+  for (const GoldenCase& c : golden_cases()) {
+    const std::string name = c.name;
+    got["cases"][name] = golden_record(train(golden_config(c, (out / name).string()), comm));
+  }
+  if (rank != 0) return;
+  std::filesystem::remove_all(out);
+  if (record) {
+    std::ofstream(golden_file(world)) << got.dump(2) << "\n";
+    GTEST_SKIP() << "recorded " << golden_file(world);
+  }
+  std::ifstream in(golden_file(world));
+  ASSERT_TRUE(in) << "no golden file " << golden_file(world)
+                  << "; record it with RINGSTEP_GOLDEN_RECORD=1";
+  const auto want = nlohmann::ordered_json::parse(in);
+  if (want["fingerprint"] != got["fingerprint"])
+    GTEST_SKIP() << "goldens recorded with " << want["fingerprint"] << ", this machine runs "
+                 << got["fingerprint"];
+  for (const auto& [name, rec] : want["cases"].items())
+    EXPECT_EQ(rec.dump(1), got["cases"][name].dump(1)) << name << " differs from the golden";
+}
+
+}  // namespace ringstep::testing
