@@ -125,7 +125,7 @@ struct CommConfig {
 
 struct ProfileConfig {
   bool enabled = true;
-  int log_every = 1;
+  int log_every = 10;
   std::vector<int> trace_steps = {5, 7};  // [first, last] inclusive, or [] for none
   double peak_gflops = 0.0;               // 0 = auto (measured at start); YAML "auto" or > 0
 
