@@ -4,6 +4,7 @@
 // construction: `other` is what the named phases leave of the step.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -30,6 +31,24 @@ struct PhaseTimes {
     if (other < 0) other = 0;
   }
 };
+
+// The phases in the order of the step record's `time_ms` object: the one table that the
+// record's writer and reader, the cross-rank gather and the report walk.
+struct PhaseField {
+  const char* name;
+  double PhaseTimes::*ms;
+};
+inline constexpr std::array<PhaseField, 9> kPhaseFields = {{
+    {"step", &PhaseTimes::step},
+    {"data", &PhaseTimes::data},
+    {"forward", &PhaseTimes::forward},
+    {"backward", &PhaseTimes::backward},
+    {"recompute", &PhaseTimes::recompute},
+    {"optimizer", &PhaseTimes::optimizer},
+    {"comm", &PhaseTimes::comm},
+    {"comm_exposed", &PhaseTimes::comm_exposed},
+    {"other", &PhaseTimes::other},
+}};
 
 // Attributes one step's wall time to its phases. The clock is injectable so tests can drive
 // it; a disabled timer reads no clock at all (profile.enabled: false costs nothing) and

@@ -122,75 +122,72 @@ bool GradSync::any_rank(bool flag) {
   return any;
 }
 
+namespace {
+
+// One rank's contribution to a step's agreement; copied as bytes between ranks.
+struct RankStep {
+  PhaseTimes times;
+  double loss = 0;
+};
+
+Spread spread_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v.front(), percentile(v, 0.5), v.back()};
+}
+
+}  // namespace
+
 GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {
-  StepView v;
-  v.mean_loss = loss;
-  v.slowest = local;
-  const double fields[] = {local.step,      local.data,      local.forward, local.backward,
-                           local.recompute, local.optimizer, local.comm,    local.comm_exposed,
-                           local.other,     double(loss)};
-  constexpr size_t kFields = sizeof(fields) / sizeof(double);
-  std::vector<double> all(kFields * world_);
-  std::memcpy(all.data() + kFields * rank_, fields, sizeof(fields));
+  std::vector<RankStep> all(world_);
+  all[rank_] = {local, double(loss)};
   if (world_ > 1) {
     engine_
-        ->enqueue({"allgather_bytes", 1u << 20, kFields * world_ * sizeof(double), DType::f32},
-                  [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(fields)); })
+        ->enqueue({"allgather_bytes", 1u << 20, world_ * sizeof(RankStep), DType::f32},
+                  [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(RankStep)); })
         .wait();
     engine_->drain_spans();  // bookkeeping traffic, not gradient communication
   }
+  StepView v;
+  RanksBlock& k = v.ranks;
+  k.world = world_;
   double loss_sum = 0;
-  int slowest = 0;
+  k.slowest = 0;
   for (int r = 0; r < world_; ++r) {
-    loss_sum += all[kFields * r + kFields - 1];
-    if (all[kFields * r] > all[kFields * slowest]) slowest = r;
+    loss_sum += all[r].loss;
+    if (all[r].times.step > all[k.slowest].times.step) k.slowest = r;
   }
-  const double* s = all.data() + kFields * slowest;
-  v.slowest = {s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]};
   v.mean_loss = float(loss_sum / world_);
-  // Field F of every rank, sorted: its min, median and max across ranks.
-  auto across_ranks = [&](size_t f) {
-    std::vector<double> vals(world_);
-    for (int r = 0; r < world_; ++r) vals[r] = all[kFields * r + f];
-    std::sort(vals.begin(), vals.end());
-    return std::array<double, 3>{vals.front(), percentile(vals, 0.5), vals.back()};
-  };
-  const auto step_spread = across_ranks(0);
-  v.ranks = {{"world", world_},
-             {"step_ms_min", step_spread[0]},
-             {"step_ms_median", step_spread[1]},
-             {"step_ms_max", step_spread[2]},
-             {"slowest", slowest}};
+  v.slowest = all[k.slowest].times;
   // Per phase, across ranks: where a slow rank loses its time.
-  const char* names[] = {"step",      "data", "forward",      "backward", "recompute",
-                         "optimizer", "comm", "comm_exposed", "other"};
-  nlohmann::ordered_json phases;
-  for (size_t f = 1; f < 9; ++f) {
-    const auto spread = across_ranks(f);
-    phases[names[f]] = {{"min", spread[0]}, {"median", spread[1]}, {"max", spread[2]}};
+  for (size_t f = 0; f < kPhaseFields.size(); ++f) {
+    std::vector<double> vals;
+    for (const RankStep& s : all) vals.push_back(s.times.*kPhaseFields[f].ms);
+    k.phase_ms[f] = spread_of(vals);
   }
-  v.ranks["phase_ms"] = phases;
+  k.step_ms = k.phase_ms[0];
   // Step times agree across ranks (everyone waits for the slowest inside the reduction);
   // the busy time, step - comm_exposed, is what tells a straggler.
-  std::vector<double> busy(world_);
-  for (int r = 0; r < world_; ++r) busy[r] = all[kFields * r] - all[kFields * r + 7];
-  std::vector<double> busy_sorted = busy;
-  std::sort(busy_sorted.begin(), busy_sorted.end());
-  const double busy_median =
-      busy_sorted[(world_ - 1) / 2];  // lower median: with 2 ranks, the faster
+  std::vector<double> busy;
+  for (const RankStep& s : all) busy.push_back(s.times.step - s.times.comm_exposed);
+  find_straggler(busy, v);
+  return v;
+}
+
+void GradSync::find_straggler(const std::vector<double>& busy, StepView& v) {
+  std::vector<double> sorted = busy;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[(world_ - 1) / 2];  // lower median: with 2 ranks, the faster
   straggler_streak_.resize(world_, 0);
   int straggler = -1;
   for (int r = 0; r < world_; ++r) {
-    straggler_streak_[r] = busy[r] >= kStragglerRatio * busy_median ? straggler_streak_[r] + 1 : 0;
+    straggler_streak_[r] = busy[r] >= kStragglerRatio * median ? straggler_streak_[r] + 1 : 0;
     if (straggler_streak_[r] >= kStragglerSteps && (straggler < 0 || busy[r] > busy[straggler]))
       straggler = r;
   }
-  v.ranks["busy_ms_median"] = busy_median;
-  v.ranks["busy_ms_max"] = busy_sorted.back();
-  v.ranks["straggler"] = straggler >= 0 ? nlohmann::ordered_json(straggler) : nullptr;
-  v.straggler = straggler;
-  v.straggler_ratio = straggler >= 0 && busy_median > 0 ? busy[straggler] / busy_median : 0;
-  return v;
+  v.ranks.busy_ms_median = median;
+  v.ranks.busy_ms_max = sorted.back();
+  v.ranks.straggler = straggler;
+  v.straggler_ratio = straggler >= 0 && median > 0 ? busy[straggler] / median : 0;
 }
 
 void GradSync::check_replicas(const float* params, size_t n, int step) {

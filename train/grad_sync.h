@@ -11,12 +11,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "comm/engine.h"
 #include "core/config.h"
 #include "core/profiler.h"
+#include "train/step_record.h"
 
 namespace ringstep {
 
@@ -42,16 +42,13 @@ class GradSync {
     size_t bytes = 0;             // payload bytes reduced this step on this rank
     std::vector<CommSpan> spans;  // the step's gradient collectives, for the trace
   };
-  // What rank 0 learns about a step from every rank.
+  // What every rank learns about a step from every rank.
   struct StepView {
     float mean_loss = 0;
     PhaseTimes slowest;  // the phases of the slowest rank
-    nlohmann::ordered_json ranks;
-    int straggler = -1;          // a rank whose busy time (step - comm_exposed) was >= 10%
-    double straggler_ratio = 0;  // above the median for 3 steps in a row, and by how much
+    RanksBlock ranks;
+    double straggler_ratio = 0;  // ranks.straggler's busy time over the median, if any
   };
-  static constexpr double kStragglerRatio = 1.10;
-  static constexpr int kStragglerSteps = 3;
 
   GradSync(Communicator* comm, const CommConfig& cfg);
   ~GradSync();
@@ -72,6 +69,8 @@ class GradSync {
 
  private:
   void enqueue_bucket(size_t b);
+  // Fills VIEW's busy-time fields and straggler from every rank's busy time (kStraggler*).
+  void find_straggler(const std::vector<double>& busy, StepView& view);
 
   Communicator* comm_;
   CommConfig cfg_;
@@ -83,7 +82,7 @@ class GradSync {
   std::vector<int> bucket_of_unit_;
   struct Pending;
   std::vector<std::unique_ptr<Pending>> pending_;
-  std::vector<int> straggler_streak_;  // consecutive steps each rank was >= 10% over median
+  std::vector<int> straggler_streak_;  // consecutive steps each rank was over the ratio
 };
 
 }  // namespace ringstep

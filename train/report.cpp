@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/profiler.h"
+#include "train/step_record.h"
 
 namespace ringstep {
 namespace {
@@ -24,70 +25,10 @@ constexpr double kExposedCommPct = 30;   // comm_exposed, % of step
 constexpr double kActivationFrac = 0.8;  // activation peak / memory limit
 constexpr double kSpreadRatio = 1.2;     // p90 / p50
 constexpr double kLowMfu = 0.4;
-constexpr double kComputePct = 70;       // forward + backward + optimizer, % of step
-constexpr double kStragglerFrac = 0.5;   // share of steps one rank is the slowest
-constexpr double kStragglerRatio = 1.1;  // step_ms_max / step_ms_median
+constexpr double kComputePct = 70;      // forward + backward + optimizer, % of step
+constexpr double kStragglerFrac = 0.5;  // share of steps one rank is the slowest
 constexpr double kDataPct = 5;
 constexpr double kSkippedPct = 1;
-
-struct StepRecord {
-  int step = 0;
-  double loss = 0, val_loss = kNaN, tokens = 0;
-  bool skipped = false;
-  PhaseTimes t;
-  int ranks_world = 0, slowest = -1;  // ranks_world 0: no ranks block
-  double ms_median = 0, ms_max = 0;
-  double model_gflops = 0, mfu = 0;
-  uint64_t params = 0, grads = 0, optimizer = 0, activations_peak = 0;
-};
-
-double number_at(const json& obj, const char* key, const std::string& where, const char* path) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_number())
-    throw InputError(where + ": missing number '" + path + "'");
-  return it->get<double>();
-}
-
-double number_or(const json& obj, const char* key, double fallback) {
-  auto it = obj.find(key);
-  return it != obj.end() && it->is_number() ? it->get<double>() : fallback;
-}
-
-StepRecord parse_record(const json& j, const std::string& where) {
-  StepRecord r;
-  r.step = int(number_at(j, "step", where, "step"));
-  r.loss = number_at(j, "loss", where, "loss");
-  r.tokens = number_at(j, "tokens", where, "tokens");
-  r.val_loss = number_or(j, "val_loss", kNaN);
-  r.skipped = j.contains("skipped") && j["skipped"].is_boolean() && j["skipped"].get<bool>();
-  auto tm = j.find("time_ms");
-  if (tm == j.end() || !tm->is_object()) throw InputError(where + ": missing object 'time_ms'");
-  PhaseTimes& t = r.t;
-  t.step = number_at(*tm, "step", where, "time_ms.step");
-  t.data = number_at(*tm, "data", where, "time_ms.data");
-  t.forward = number_at(*tm, "forward", where, "time_ms.forward");
-  t.backward = number_at(*tm, "backward", where, "time_ms.backward");
-  t.optimizer = number_at(*tm, "optimizer", where, "time_ms.optimizer");
-  t.comm_exposed = number_at(*tm, "comm_exposed", where, "time_ms.comm_exposed");
-  t.other = number_at(*tm, "other", where, "time_ms.other");
-  t.recompute = number_or(*tm, "recompute", 0);
-  t.comm = number_or(*tm, "comm", 0);
-  if (auto rk = j.find("ranks"); rk != j.end() && rk->is_object()) {
-    r.ranks_world = int(number_or(*rk, "world", 0));
-    r.slowest = int(number_or(*rk, "slowest", -1));
-    r.ms_median = number_or(*rk, "step_ms_median", 0);
-    r.ms_max = number_or(*rk, "step_ms_max", 0);
-  }
-  r.model_gflops = number_or(j, "model_gflops", 0);
-  r.mfu = number_or(j, "mfu", 0);
-  if (auto mem = j.find("mem_bytes"); mem != j.end() && mem->is_object()) {
-    r.params = uint64_t(number_or(*mem, "params", 0));
-    r.grads = uint64_t(number_or(*mem, "grads", 0));
-    r.optimizer = uint64_t(number_or(*mem, "optimizer", 0));
-    r.activations_peak = uint64_t(number_or(*mem, "activations_peak", 0));
-  }
-  return r;
-}
 
 // steps.jsonl is appended line by line while a run goes, so its last line may be cut short:
 // that one is skipped with a warning; a bad line before it means the file is damaged.
@@ -130,7 +71,7 @@ std::vector<StepRecord> read_steps(const std::string& path, std::vector<std::str
       }
       throw InputError(where + ": invalid step record: " + problem);
     }
-    out.push_back(parse_record(j, where));
+    out.push_back(step_record_from_json(j, where));
   }
   if (out.empty()) throw InputError(path + ": no step records");
   return out;
@@ -164,7 +105,8 @@ std::vector<double> collect(const std::vector<StepRecord>& recs, F f) {
 }
 
 void compute_step_stats(const std::vector<StepRecord>& steady, ReportData& r) {
-  const std::vector<double> step_ms = collect(steady, [](const StepRecord& s) { return s.t.step; });
+  const std::vector<double> step_ms =
+      collect(steady, [](const StepRecord& s) { return s.time_ms.step; });
   r.step_ms_p50 = percentile(step_ms, 0.5);
   r.step_ms_p90 = percentile(step_ms, 0.9);
   r.step_ms_p99 = percentile(step_ms, 0.99);
@@ -172,12 +114,8 @@ void compute_step_stats(const std::vector<StepRecord>& steady, ReportData& r) {
 
   // Shares are ratios of sums, so long steps weigh by their length.
   PhaseTimes sum;
-  for (const StepRecord& s : steady) {
-    sum.step += s.t.step, sum.data += s.t.data, sum.forward += s.t.forward;
-    sum.backward += s.t.backward, sum.recompute += s.t.recompute;
-    sum.optimizer += s.t.optimizer, sum.comm += s.t.comm;
-    sum.comm_exposed += s.t.comm_exposed, sum.other += s.t.other;
-  }
+  for (const StepRecord& s : steady)
+    for (const PhaseField& f : kPhaseFields) sum.*f.ms += s.time_ms.*f.ms;
   const auto pct = [&](double x) { return sum.step > 0 ? 100 * x / sum.step : 0; };
   StepShares& p = r.pct;
   p.data = pct(sum.data), p.forward = pct(sum.forward), p.backward = pct(sum.backward);
@@ -199,11 +137,11 @@ void compute_throughput(const std::vector<StepRecord>& steady, const json& summa
   const double gflop_per_step =
       percentile(collect(steady,
                          [](const StepRecord& s) {
-                           return s.model_gflops > 0 ? s.model_gflops * s.t.step / 1e3 : kNaN;
+                           return s.model_gflops > 0 ? s.model_gflops * s.time_ms.step / 1e3 : kNaN;
                          }),
                  0.5);
   r.model_gflops = gflop_per_step / (r.step_ms_p50 / 1e3);
-  r.peak_gflops = number_or(summary, "peak_gflops", 0);
+  r.peak_gflops = json_number_or(summary, "peak_gflops", 0);
   if (r.peak_gflops <= 0)
     r.peak_gflops = percentile(
         collect(steady,
@@ -220,10 +158,11 @@ void compute_ranks(const std::vector<StepRecord>& steady, ReportData& r) {
   std::vector<double> ratio;
   int with_ranks = 0;
   for (const StepRecord& s : steady) {
-    if (s.ranks_world <= 1) continue;
+    const RanksBlock& k = s.ranks;
+    if (k.world <= 1) continue;
     ++with_ranks;
-    if (s.slowest >= 0 && s.slowest < r.world) ++r.slowest_count[size_t(s.slowest)];
-    if (s.ms_median > 0) ratio.push_back(s.ms_max / s.ms_median);
+    if (k.slowest >= 0 && k.slowest < r.world) ++r.slowest_count[size_t(k.slowest)];
+    if (k.step_ms.median > 0) ratio.push_back(k.step_ms.max / k.step_ms.median);
   }
   if (with_ranks == 0) return;
   const auto top = std::max_element(r.slowest_count.begin(), r.slowest_count.end());
@@ -234,12 +173,12 @@ void compute_ranks(const std::vector<StepRecord>& steady, ReportData& r) {
 
 void compute_loss_and_memory(const std::vector<StepRecord>& recs, const json& summary,
                              ReportData& r) {
-  r.final_loss = number_or(summary, "final_loss", recs.back().loss);
+  r.final_loss = json_number_or(summary, "final_loss", recs.back().loss);
   double last_val = kNaN;
   for (const StepRecord& s : recs)
     if (std::isfinite(s.val_loss)) last_val = s.val_loss;
-  r.final_val_loss = number_or(summary, "final_val_loss", last_val);
-  r.entropy_floor = number_or(summary, "entropy_floor", kNaN);
+  r.final_val_loss = json_number_or(summary, "final_val_loss", last_val);
+  r.entropy_floor = json_number_or(summary, "entropy_floor", kNaN);
   const double end_loss = std::isfinite(r.final_val_loss) ? r.final_val_loss : r.final_loss;
   r.loss_gap = end_loss - r.entropy_floor;  // NaN when the floor is unknown
 
@@ -247,11 +186,12 @@ void compute_loss_and_memory(const std::vector<StepRecord>& recs, const json& su
   r.skipped_pct = 100.0 * r.skipped_steps / double(recs.size());
 
   const StepRecord& last = recs.back();
-  r.params_bytes = last.params, r.grads_bytes = last.grads, r.optimizer_bytes = last.optimizer;
+  r.params_bytes = last.mem_bytes.params, r.grads_bytes = last.mem_bytes.grads;
+  r.optimizer_bytes = last.mem_bytes.optimizer;
   for (const StepRecord& s : recs)
-    r.activations_peak_bytes = std::max(r.activations_peak_bytes, s.activations_peak);
-  r.activations_peak_bytes =
-      std::max(r.activations_peak_bytes, uint64_t(number_or(summary, "activations_peak_bytes", 0)));
+    r.activations_peak_bytes = std::max(r.activations_peak_bytes, s.mem_bytes.activations_peak);
+  r.activations_peak_bytes = std::max(
+      r.activations_peak_bytes, uint64_t(json_number_or(summary, "activations_peak_bytes", 0)));
 }
 
 std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
@@ -356,7 +296,8 @@ double activation_estimate_bytes(const Config& c) {
                bytes = c.precision.dtype == "fp32" ? 4 : 2;
   const double block = bytes * (16 * s * b * h + a * s * s * b), input = bytes * s * b * h;
   const std::string& policy = c.recompute.policy;
-  if (policy == "selective") return L * bytes * 10 * s * b * h + bytes * (6 * s * b * h + a * s * s * b);
+  if (policy == "selective")
+    return L * bytes * 10 * s * b * h + bytes * (6 * s * b * h + a * s * s * b);
   double recomputed = 0;  // blocks 0, k, 2k, ... (every_k) or all of them (full)
   if (policy == "full") recomputed = L;
   if (policy == "every_k") recomputed = std::ceil(L / std::max(1, c.recompute.k));
@@ -412,8 +353,8 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
   r.steady_steps = int(steady.size());
   r.first_steady_step = steady.front().step;
   r.last_step = recs.back().step;
-  r.world = int(number_or(summary, "world", std::max(1, recs.back().ranks_world)));
-  r.threads = int(number_or(summary, "threads", r.has_config ? r.config.run.threads : 0));
+  r.world = int(json_number_or(summary, "world", std::max(1, recs.back().ranks.world)));
+  r.threads = int(json_number_or(summary, "threads", r.has_config ? r.config.run.threads : 0));
 
   compute_step_stats(steady, r);
   compute_throughput(steady, summary, r);

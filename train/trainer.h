@@ -1,16 +1,29 @@
 // The training loop: gradient accumulation over micro-batches, gradient reduction across
-// ranks, clipping, AdamW and the LR schedule, evaluation on the held-out stream, and the
-// logs (header, one line and one steps.jsonl record per step, summary.json at the end).
-// Everything that can be checked is checked before the run directory is created, so a bad
-// config or data file leaves nothing half-written.
+// ranks, loss scaling, clipping, AdamW and the LR schedule, evaluation on the held-out
+// stream. A Trainer owns the model, the gradient sync and a TrainState (everything a resume
+// needs besides the parameters); train/run_log.h prints and writes what a run reports.
+// Everything that can be checked is checked in the constructor, before the run directory is
+// created, so a bad config or data file leaves nothing half-written.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/arena.h"
 #include "core/config.h"
+#include "core/profiler.h"
+#include "core/trace.h"
+#include "models/gpt.h"
+#include "optim/adamw.h"
+#include "optim/loss_scaler.h"
+#include "optim/schedule.h"
+#include "train/data.h"
+#include "train/grad_sync.h"
+#include "train/run_dir.h"
+#include "train/run_log.h"
 
 namespace ringstep {
 
@@ -22,7 +35,7 @@ struct TrainOutcome {
   int skipped_steps = 0;            // steps skipped for inf/NaN gradients
   int64_t optimizer_steps = 0;      // steps applied (Adam's step count)
   float final_val_loss = 0;
-  uint64_t params_fnv1a64 = 0;      // fnv1a64 of the final parameter buffer's bytes
+  uint64_t params_fnv1a64 = 0;  // fnv1a64 of the final parameter buffer's bytes
 };
 
 // The run stopped itself (max_consecutive_skips overflowing steps in a row); the message
@@ -31,7 +44,69 @@ struct TrainingStopped : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Runs CFG to completion. COMM may be null (one rank). Throws InputError for bad input.
+// Everything a resume needs besides the model's parameters: a checkpoint is this state plus
+// model.params(), and nothing else. The data stream's position is data->position(); the
+// weights' initialisation and every data stream derive from the config's seed.
+struct TrainState {
+  TrainState(const Registry& params, const Config& cfg, std::unique_ptr<DataSource> train_data);
+
+  int step = 0;                      // optimizer steps done, applied or skipped
+  AdamW optimizer;                   // moments and Adam's step count (applied steps only)
+  LossScaler scaler;                 // scale, hysteresis and skip counters
+  std::unique_ptr<DataSource> data;  // this rank's training stream
+};
+
+class Trainer {
+ public:
+  // Checks CFG against the world size and reads the data; COMM may be null (one rank).
+  // Throws InputError for bad input, before anything is written.
+  Trainer(const Config& cfg, Communicator* comm);
+  ~Trainer();
+
+  // Runs the remaining steps, evaluates, writes summary.json. Throws TrainingStopped when
+  // the loss scaler gave up.
+  TrainOutcome run();
+
+ private:
+  // What one step did, on this rank, before the ranks agree on it.
+  struct StepResult {
+    double loss = 0;  // mean over the micro-batches
+    double lr = 0;
+    double grad_norm = 0;   // NaN when skipped
+    double loss_scale = 1;  // the scale backward ran with
+    bool applied = false;
+    GradSync::Result comm;
+    PhaseTimes times;
+  };
+  StepResult step();
+  double micro_batch(int micro, bool traced);
+  bool unscale_and_agree(bool traced);
+  double apply_update(double lr, bool traced);
+  // Times F as phase FIELD (and, in the trace window, as span NAME); returns what F returns.
+  template <class F>
+  auto timed(double PhaseTimes::*field, const char* name, bool traced, F&& f);
+  void trace_comm(const GradSync::Result& comm, int64_t wait_start);
+  void log_step(const StepResult& s, TrainOutcome& out);
+  float evaluate();
+
+  const Config cfg_;
+  GradSync sync_;
+  RunFacts facts_;
+  std::unique_ptr<DataSource> val_data_;
+  Gpt model_;
+  Arena arena_;
+  TrainState state_;
+  LrSchedule schedule_;
+  StepTimer timer_;
+  TraceRecorder trace_;
+  RunDir run_dir_;
+  RunTotals totals_;
+  StragglerLog stragglers_;
+  std::vector<int32_t> inputs_, targets_;  // [grad_accum_steps, micro_batch, seq_len]
+  float last_val_loss_;
+};
+
+// Runs CFG to completion: Trainer(cfg, comm).run().
 TrainOutcome train(const Config& cfg, Communicator* comm);
 
 }  // namespace ringstep

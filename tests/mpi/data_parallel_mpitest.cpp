@@ -152,13 +152,13 @@ TEST(DataParallel, StragglerIsNamedAfterThreeSlowSteps) {
     pt.step = 100;
     pt.comm_exposed = world().rank() == last ? 20 : 50;
     GradSync::StepView v = sync.agree(1.0f, pt);
-    EXPECT_EQ(v.straggler, step < 3 ? -1 : last) << "step " << step;
+    EXPECT_EQ(v.ranks.straggler, step < 3 ? -1 : last) << "step " << step;
     if (step == 3) EXPECT_NEAR(v.straggler_ratio, 80.0 / 50.0, 1e-12);
   }
   PhaseTimes even;
   even.step = 100;
   even.comm_exposed = 50;
-  EXPECT_EQ(sync.agree(1.0f, even).straggler, -1);  // one even step ends the streak
+  EXPECT_EQ(sync.agree(1.0f, even).ranks.straggler, -1);  // one even step ends the streak
 }
 
 }  // namespace

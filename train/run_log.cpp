@@ -1,0 +1,286 @@
+#include "train/run_log.h"
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/cpu/blas_env.h"
+#include "core/cpu/gemm16.h"
+#include "models/gpt.h"
+#include "optim/loss_scaler.h"
+#include "train/report.h"
+#include "train/run_dir.h"
+
+namespace ringstep {
+namespace {
+
+constexpr double kMiB = 1048576.0;
+
+void print_loss_scale(const Config& cfg, const LossScaler& scaler) {
+  const LossScaleConfig& ls = cfg.precision.loss_scale;
+  std::printf("loss scale %s", scaler.mode().c_str());
+  if (scaler.mode() == "dynamic")
+    std::printf(" (initial %g, x%g every %d clean steps, x%g on overflow, hysteresis %d, min %g)",
+                scaler.scale(), ls.growth_factor, ls.growth_interval, ls.backoff_factor,
+                ls.hysteresis, ls.min_scale);
+  else if (scaler.mode() == "static")
+    std::printf(" (static %g)", scaler.scale());
+  std::printf("\n");
+}
+
+// The precision and recompute lines, with Korthikanti et al. (2022)'s estimate of
+// activation bytes per block (docs/metrics.md: 16·sbh + a·s²·b values without dropout).
+void print_precision_header(const Config& cfg, const Gpt& model, const LossScaler& scaler) {
+  const GptOptions& o = model.options();
+  const ModelConfig& mc = model.config();
+  const bool half = o.act_dtype != DType::f32;
+  std::printf("  precision  %s activations%s, fp32 master weights, gradients and AdamW; ",
+              dtype_name(o.act_dtype),
+              half ? (std::string(" and matrix-product inputs (kernel ") +
+                      cpu::gemm16_kernel(o.act_dtype) + ", fp32 accumulate)")
+                         .c_str()
+                   : "");
+  print_loss_scale(cfg, scaler);
+  const double B = cfg.train.micro_batch, T = mc.seq_len;
+  const double sbh = B * T * mc.d_model, as2b = double(mc.n_heads) * T * T * B;
+  const double full_layer = (16 * sbh + as2b) * double(dtype_size(o.act_dtype));
+  int recomputed = 0;
+  for (int l = 0; l < mc.n_layers; ++l) recomputed += model.layer_recomputed(l);
+  std::printf("  recompute  %s", cfg.recompute.policy.c_str());
+  if (o.recompute == RecomputePolicy::every_k) std::printf(" (k = %d)", o.recompute_k);
+  if (o.recompute == RecomputePolicy::selective)
+    std::printf(
+        ": every block keeps its matrix products' outputs; LayerNorm and GELU outputs "
+        "and attention probabilities are rebuilt in backward");
+  else if (recomputed > 0)
+    std::printf(": %d of %d blocks keep only their input and are rebuilt in backward", recomputed,
+                mc.n_layers);
+  std::printf(
+      "\n  act est.   Korthikanti et al. 2022 (no dropout): %.2f MiB per block kept whole; "
+      "%.2f MiB for the %d blocks under this policy (measured arena peak: `act` in each step "
+      "line)\n",
+      full_layer / kMiB, activation_estimate_bytes(cfg) / kMiB, mc.n_layers);
+}
+
+void print_data_and_batch(const Config& cfg, const RunFacts& f) {
+  if (std::isnan(f.data.entropy_rate))
+    std::printf("  data       %s\n", f.data_description.c_str());
+  else
+    std::printf(
+        "  data       %s\n             entropy rate %.4f nats/token, floor for a "
+        "%d-token window %.4f nats/token\n",
+        f.data_description.c_str(), f.data.entropy_rate, cfg.model.seq_len, f.data.window_floor);
+  const int B = cfg.train.micro_batch, accum = cfg.train.grad_accum_steps;
+  std::printf("  batch      %d micro x %d accum x %d ranks = %d sequences = %.0f tokens/step\n", B,
+              accum, f.world, B * accum * f.world, f.tokens_per_step);
+}
+
+void print_comm_and_trace(const Config& cfg, const RunFacts& f) {
+  if (f.world > 1) {
+    std::printf("  comm       %s AllReduce over %s, %zu buckets of <= %.2f MiB, overlap %s\n",
+                cfg.comm.allreduce.c_str(), cfg.comm.backend.c_str(), f.buckets, cfg.comm.bucket_mb,
+                cfg.comm.overlap ? "on" : "off");
+    if (cfg.comm.link.bandwidth_gbps > 0 || cfg.comm.link.latency_us > 0)
+      std::printf("  LINK EMULATION ON: every message paced to %.1f Gb/s, %.1f us latency\n",
+                  cfg.comm.link.bandwidth_gbps, cfg.comm.link.latency_us);
+  }
+  if (!f.trace_window.empty())
+    std::printf("  trace      steps %d-%d -> %s/trace/rank-R.json\n", f.trace_window[0],
+                f.trace_window[1], cfg.run.out_dir.c_str());
+  if (!f.trace_note.empty()) std::printf("  warning    %s\n", f.trace_note.c_str());
+}
+
+}  // namespace
+
+void RunTotals::add(const PhaseTimes& slowest) {
+  step_ms.push_back(slowest.step);
+  step_ms_sum += slowest.step;
+  comm_ms += slowest.comm;
+  comm_exposed_ms += slowest.comm_exposed;
+}
+
+void print_header(const Config& cfg, const RunFacts& f, const Gpt& model,
+                  const LossScaler& scaler) {
+  const ModelConfig& mc = cfg.model;
+  std::printf("ringstep train: %s (config %s)\n", cfg.run.name.c_str(),
+              cfg.source_path.empty() ? "defaults" : cfg.source_path.c_str());
+  std::printf(
+      "  model      GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %s params "
+      "(%s without position embeddings)\n",
+      mc.n_layers, mc.d_model, mc.n_heads, mc.seq_len, mc.vocab_size,
+      human_count(double(model.param_count())).c_str(),
+      human_count(double(model.flops_param_count())).c_str());
+  std::printf(
+      "  flops      %.3f MFLOP/token model (6N + 6LCT: causal attention counted once, "
+      "N without position embeddings)\n",
+      f.flops_per_token / 1e6);
+  print_data_and_batch(cfg, f);
+  std::printf("  compute    %d ranks, %d threads/rank, %s, peak %.1f GFLOP/s/rank (%s)\n", f.world,
+              f.threads, blas_description().c_str(), f.peak_gflops, f.peak_source.c_str());
+  std::printf(
+      "  memory     params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, activation arena "
+      "%.2f MiB reserved\n",
+      f.param_bytes / kMiB, f.param_bytes / kMiB, f.optimizer_bytes / kMiB, f.arena_bytes / kMiB);
+  print_precision_header(cfg, model, scaler);
+  const std::string scale_warning = loss_scale_warning(cfg.precision);
+  if (!scale_warning.empty()) std::printf("  warning    %s\n", scale_warning.c_str());
+  print_comm_and_trace(cfg, f);
+  std::printf("  run dir    %s\n", cfg.run.out_dir.c_str());
+  std::fflush(stdout);
+}
+
+void print_step_line(const StepRecord& r, int steps, bool show_scale) {
+  const PhaseTimes& t = r.time_ms;
+  std::printf("step %d/%d | loss %.4f", r.step, steps, r.loss);
+  if (!std::isnan(r.val_loss)) std::printf(" | val %.4f", r.val_loss);
+  std::printf(" | lr %.2e", r.lr);
+  if (r.skipped)
+    std::printf(" | SKIPPED (inf/NaN gradients)");
+  else
+    std::printf(" | gnorm %.3f", r.grad_norm);
+  if (show_scale) std::printf(" | scale %g", r.loss_scale);
+  std::printf(" | %.1f ms (data %.1f fwd %.1f bwd %.1f", t.step, t.data, t.forward, t.backward);
+  if (t.recompute > 0) std::printf(" [recompute %.1f]", t.recompute);
+  std::printf(
+      " opt %.1f comm %.1f exposed %.1f) | %s tok/s | %.1f GFLOP/s | MFU %.1f%% | act "
+      "%.1f MiB\n",
+      t.optimizer, t.comm, t.comm_exposed, human_count(r.tokens_per_s).c_str(), r.model_gflops,
+      100 * r.mfu, r.mem_bytes.activations_peak / kMiB);
+  std::fflush(stdout);
+}
+
+void print_loss_line(int step, int steps, float loss, double lr, bool applied) {
+  std::printf("step %d/%d | loss %.4f | lr %.2e%s (profiler off)\n", step, steps, loss, lr,
+              applied ? "" : " | SKIPPED");
+  std::fflush(stdout);
+}
+
+std::string StragglerLog::update(int step, int straggler, double busy_ratio) {
+  char line[200] = "";
+  quiet_ = straggler < 0 ? quiet_ + 1 : 0;
+  if (straggler >= 0 && straggler != rank_) {
+    since_ = step - kStragglerSteps + 1;
+    std::snprintf(line, sizeof line,
+                  "  straggler: rank %d busy %.0f%% above the median since step %d (%d steps "
+                  "over %.0f%%)\n",
+                  straggler, 100 * (busy_ratio - 1), since_, kStragglerSteps,
+                  100 * (kStragglerRatio - 1));
+    rank_ = straggler;
+  } else if (rank_ >= 0 && quiet_ == kStragglerSteps) {
+    const int back = step - kStragglerSteps + 1;  // the first of the quiet steps
+    std::snprintf(line, sizeof line,
+                  "  straggler: rank %d back within %.0f%% of the median since step %d (slow "
+                  "for %d steps)\n",
+                  rank_, 100 * (kStragglerRatio - 1), back, back - since_);
+    rank_ = -1;
+  }
+  return line;
+}
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+ojson or_null(double x) { return std::isnan(x) ? ojson(nullptr) : ojson(x); }
+
+// The run's speed from its steady steps; the first steps (page faults, warm caches) are
+// left out of the percentiles when the run is long enough.
+struct Speed {
+  size_t warm = 0;
+  double p50 = 0, p90 = 0;
+  double tok_s = 0, wall_tok_s = 0;  // at the p50 step; over the loop's wall time
+  double gflops = 0;                 // model GFLOP/s per rank at the p50 step
+  double peak = 0;                   // the larger of the start and end peaks
+};
+
+Speed speed_of(const RunFacts& f, const RunTotals& totals, const RunEnd& end) {
+  Speed s;
+  s.warm = size_t(warmup_steps_excluded(int(totals.step_ms.size())));
+  const std::vector<double> steady(totals.step_ms.begin() + s.warm, totals.step_ms.end());
+  // Wall time of the whole loop (evaluations included), the same with the profiler on or
+  // off: what the profiler-overhead benchmark compares.
+  s.wall_tok_s = f.tokens_per_step * totals.steps_run / end.loop_s;
+  s.p50 = steady.empty() ? 0.0 : percentile(steady, 0.5);
+  s.p90 = percentile(steady, 0.9);
+  s.tok_s = steady.empty() ? s.wall_tok_s : f.tokens_per_step / (s.p50 / 1e3);
+  s.gflops = f.flops_per_token * s.tok_s / 1e9 / f.world;
+  // This machine's speed drifts (shared host): the summary's MFU divides by the larger of
+  // the two peaks, so it is never flattered by a slow moment at start-up.
+  s.peak = std::max(f.peak_gflops, end.peak_gflops_end);
+  return s;
+}
+
+ojson summary_json(const Config& cfg, const RunFacts& f, const RunTotals& totals,
+                   const LossScaler& scaler, const RunEnd& end, const Speed& sp) {
+  ojson sum;
+  sum["profile_enabled"] = cfg.profile.enabled;
+  sum["steps"] = totals.steps_run;
+  sum["world"] = f.world;
+  sum["threads"] = f.threads;
+  sum["final_loss"] = end.final_loss;
+  sum["final_val_loss"] = end.final_val_loss;
+  sum["entropy_rate"] = or_null(f.data.entropy_rate);
+  sum["entropy_floor"] = or_null(f.data.window_floor);
+  sum["skipped_steps"] = scaler.state().skipped_total;
+  sum["optimizer_steps"] = end.optimizer_steps;
+  sum["precision"] = cfg.precision.dtype;
+  sum["loss_scale_mode"] = scaler.mode();
+  sum["loss_scale_final"] = scaler.scale();
+  sum["recompute"] = cfg.recompute.policy;
+  sum["stopped_early"] = end.stop_reason.empty() ? ojson(nullptr) : ojson(end.stop_reason);
+  sum["warmup_steps_excluded"] = sp.warm;
+  sum["step_ms_p50"] = sp.p50;
+  sum["step_ms_p90"] = sp.p90;
+  sum["tokens_per_s"] = sp.tok_s;
+  sum["model_gflops"] = sp.gflops;
+  sum["peak_gflops"] = sp.peak;
+  sum["peak_gflops_start"] = f.peak_gflops;
+  sum["peak_gflops_end"] = end.peak_gflops_end;
+  sum["mfu"] = sp.gflops / sp.peak;
+  sum["comm_exposed_frac"] =
+      totals.step_ms_sum > 0 ? totals.comm_exposed_ms / totals.step_ms_sum : 0.0;
+  // Overlap = 1 - exposed / in flight, over the whole run; null with no communication.
+  sum["overlap"] =
+      totals.comm_ms > 0 ? ojson(1.0 - totals.comm_exposed_ms / totals.comm_ms) : ojson(nullptr);
+  sum["activations_peak_bytes"] = end.activations_peak_bytes;
+  sum["loop_wall_s"] = end.loop_s;
+  sum["tokens_per_s_wall"] = sp.wall_tok_s;
+  return sum;
+}
+
+void print_done(const Config& cfg, const RunFacts& f, const RunTotals& totals,
+                const LossScaler& scaler, const RunEnd& end, const Speed& sp) {
+  std::printf("done: %d steps | final loss %.4f | val loss %.4f", totals.steps_run,
+              double(end.final_loss), end.final_val_loss);
+  if (!std::isnan(f.data.window_floor))
+    std::printf(" | floor %.4f (gap %.4f nats)", f.data.window_floor,
+                end.final_val_loss - f.data.window_floor);
+  std::printf(
+      " | step p50 %.1f ms | %s tok/s | MFU %.1f%% (peak %.1f GFLOP/s: %.1f at start, "
+      "%.1f at end)\n",
+      sp.p50, human_count(sp.tok_s).c_str(), 100.0 * sp.gflops / sp.peak, sp.peak, f.peak_gflops,
+      end.peak_gflops_end);
+  std::printf(
+      "  activations: arena peak %.2f MiB measured; Korthikanti et al. estimate %.2f MiB for "
+      "the blocks (%s, recompute %s); the arena also holds embeddings, logits and backward's "
+      "buffers\n",
+      end.activations_peak_bytes / kMiB, activation_estimate_bytes(cfg) / kMiB,
+      cfg.precision.dtype.c_str(), cfg.recompute.policy.c_str());
+  const int64_t skipped = scaler.state().skipped_total;
+  if (skipped > 0)
+    std::printf("  skipped %lld of %d steps (inf/NaN gradients); loss scale now %g\n",
+                static_cast<long long>(skipped), totals.steps_run, scaler.scale());
+  std::printf("  wrote %s/{config.yaml,steps.jsonl,summary.json}\n", cfg.run.out_dir.c_str());
+}
+
+}  // namespace
+
+void write_summary(const Config& cfg, const RunFacts& f, const RunTotals& totals,
+                   const LossScaler& scaler, const RunEnd& end) {
+  const Speed sp = speed_of(f, totals, end);
+  write_file_atomic(cfg.run.out_dir + "/summary.json",
+                    summary_json(cfg, f, totals, scaler, end, sp).dump(2) + "\n");
+  print_done(cfg, f, totals, scaler, end, sp);
+}
+
+}  // namespace ringstep

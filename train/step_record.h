@@ -1,0 +1,79 @@
+// One optimizer step as a line of steps.jsonl (docs/logs.md): the one home of the record's
+// schema. The trainer fills a StepRecord and writes it with to_json; the gradient sync
+// fills its `ranks` block from every rank's PhaseTimes; `ringstep report` reads it back with
+// step_record_from_json. The phase names come from core/profiler.h's kPhaseFields.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/profiler.h"
+
+namespace ringstep {
+
+// A rank is a straggler when its busy time (step - comm_exposed) is at least this times
+// the lower median over ranks for kStragglerSteps steps in a row; the report's rule uses
+// the same ratio on step_ms_max / step_ms_median.
+inline constexpr double kStragglerRatio = 1.10;
+inline constexpr int kStragglerSteps = 3;
+
+// A value's spread over the ranks of one step.
+struct Spread {
+  double min = 0, median = 0, max = 0;
+};
+
+// What rank 0 learns about one step from every rank (the record's `ranks` object).
+struct RanksBlock {
+  int world = 0;  // 0: the record has no ranks block
+  Spread step_ms;
+  int slowest = -1;                                    // the rank with the longest step
+  std::array<Spread, kPhaseFields.size()> phase_ms{};  // indexed like kPhaseFields
+  double busy_ms_median = 0;  // lower median (with 2 ranks: the faster one)
+  double busy_ms_max = 0;
+  int straggler = -1;  // -1: none (null in JSON)
+};
+
+struct MemBytes {
+  uint64_t params = 0, grads = 0, optimizer = 0, activations_peak = 0;
+};
+
+struct StepRecord {
+  static constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+  int step = 0;  // 1-based
+  double loss = 0;
+  double val_loss = kNaN;  // NaN: no evaluation at this step (key left out)
+  double lr = 0;
+  double tokens = 0;        // global tokens of the step, all ranks
+  double grad_norm = kNaN;  // NaN: not computed (skipped step; null in JSON)
+  double loss_scale = 1;
+  bool skipped = false;
+  PhaseTimes time_ms;  // the slowest rank's phases
+  RanksBlock ranks;
+  double tokens_per_s = 0;
+  double model_gflops = 0;  // per rank
+  double mfu = 0;
+  double hardware_gflops = 0;  // per rank, recomputed forward included
+  uint64_t comm_bytes = 0;
+  double comm_busbw_gbs = 0;
+  MemBytes mem_bytes;
+};
+
+nlohmann::ordered_json to_json(const StepRecord& r);
+// Reads one record; WHERE ("steps.jsonl:12") prefixes errors. step, loss, tokens and the
+// time_ms phases other than recompute and comm are required (InputError if missing);
+// everything else defaults as in StepRecord.
+StepRecord step_record_from_json(const nlohmann::json& j, const std::string& where);
+
+// OBJ[KEY] if it is a number, else FALLBACK (for the optional fields of the run's JSON files).
+double json_number_or(const nlohmann::json& obj, const char* key, double fallback);
+
+// nccl-tests' bus bandwidth of a ring AllReduce of BYTES in MS milliseconds over WORLD
+// ranks, in GB/s (docs/metrics.md); 0 when nothing was timed.
+double busbw_gbs(uint64_t bytes, double ms, int world);
+
+}  // namespace ringstep
