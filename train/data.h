@@ -20,7 +20,12 @@ class DataSource {
  public:
   virtual ~DataSource() = default;
   virtual void next_batch(int32_t* inputs, int32_t* targets, int B, int T) = 0;
-  virtual void reset() = 0;                  // back to the start of this stream
+  virtual void reset() = 0;  // back to the start of this stream
+  // Where the stream is, as a count seek() understands (tokens drawn for the synthetic
+  // source, windows read for a token file): a stream seeked to another one's position
+  // delivers the same batches from then on. What a checkpoint saves.
+  virtual uint64_t position() const = 0;
+  virtual void seek(uint64_t position) = 0;
   virtual std::string describe() const = 0;  // one line for the log header
 };
 

@@ -190,6 +190,7 @@ class SyntheticSource final : public DataSource {
   void reset() override {
     rng_ = SplitMix64(seed_, stream_);
     state_ = chain_->sample_state(rng_);
+    drawn_ = 0;
   }
 
   void next_batch(int32_t* inputs, int32_t* targets, int B, int T) override {
@@ -198,9 +199,17 @@ class SyntheticSource final : public DataSource {
         const int token = state_ >> 1;  // the newest token of the stream
         if (t < T) inputs[static_cast<size_t>(i) * T + t] = token;
         if (t > 0) targets[static_cast<size_t>(i) * T + t - 1] = token;
-        state_ = MarkovChain::next_state(state_, chain_->sample_token(state_, rng_));
+        advance();
       }
     }
+  }
+
+  uint64_t position() const override { return drawn_; }
+  // Replays the chain: drawing a token costs nanoseconds, so a resume after millions of
+  // tokens takes milliseconds and needs no saved generator state.
+  void seek(uint64_t position) override {
+    reset();
+    while (drawn_ < position) advance();
   }
 
   std::string describe() const override { return description_; }
@@ -208,8 +217,14 @@ class SyntheticSource final : public DataSource {
  private:
   std::shared_ptr<const MarkovChain> chain_;
   uint64_t seed_, stream_;
+  void advance() {
+    state_ = MarkovChain::next_state(state_, chain_->sample_token(state_, rng_));
+    ++drawn_;
+  }
+
   SplitMix64 rng_;
   int state_ = 0;
+  uint64_t drawn_ = 0;  // tokens drawn since reset()
   std::string description_;
 };
 

@@ -151,6 +151,8 @@ class FileSource final : public DataSource {
   }
 
   void reset() override { cursor_ = 0; }
+  uint64_t position() const override { return cursor_; }
+  void seek(uint64_t position) override { cursor_ = position; }
   std::string describe() const override { return description_; }
 
  private:

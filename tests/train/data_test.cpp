@@ -144,6 +144,18 @@ TEST(Synthetic, SameSeedSameBatches) {
   EXPECT_EQ(first, next(*a, 4, 128));
 }
 
+// A fresh stream seeked to another's position continues exactly where that one is.
+TEST(Synthetic, SeekToPositionContinuesTheStream) {
+  const Config cfg = synthetic_config();
+  auto a = make_data_source(cfg, "train", 1, 2);
+  next(*a, 3, 128);
+  EXPECT_EQ(a->position(), 3u * 129);
+  auto b = make_data_source(cfg, "train", 1, 2);
+  b->seek(a->position());
+  EXPECT_EQ(next(*a, 4, 128), next(*b, 4, 128));
+  EXPECT_EQ(a->position(), b->position());
+}
+
 TEST(Synthetic, RanksGetDifferentStreamsAndTheSameVal) {
   const Config cfg = synthetic_config();
   EXPECT_NE(next(*make_data_source(cfg, "train", 0, 2), 4, 128),
@@ -310,6 +322,18 @@ TEST_F(TokenFile, RanksReadDisjointWindowsAndWrap) {
     EXPECT_EQ(wrapped.inputs[0], r * (T + 1));
   }
   EXPECT_EQ(starts.size(), static_cast<size_t>(per_rank * world));
+}
+
+TEST_F(TokenFile, SeekToPositionContinuesTheStreamAcrossTheWrap) {
+  const int T = 8;
+  write_token_file(path("t.bin"), 256, iota_tokens(1000));
+  const Config cfg = file_config("t.bin", T);
+  auto a = make_data_source(cfg, "train", 1, 2);
+  next(*a, 45, T);  // 900 / 9 / 2 = 50 windows per rank: the next batch wraps
+  EXPECT_EQ(a->position(), 45u);
+  auto b = make_data_source(cfg, "train", 1, 2);
+  b->seek(a->position());
+  EXPECT_EQ(next(*a, 10, T), next(*b, 10, T));
 }
 
 TEST_F(TokenFile, ValIsTheHeldOutTailOrItsOwnFile) {
