@@ -1,7 +1,8 @@
 // OpenBLAS picks its kernels once, when the library loads, from CPUID or from the
 // OPENBLAS_CORETYPE variable. Debian's OpenBLAS 0.3.21 predates Sapphire/Emerald Rapids
-// (family 6, models 143 and 207) and falls back to its Prescott (SSE3) kernels there, 4-5x
-// slower than its AVX-512 SkylakeX kernels that these CPUs run correctly (docs/perf.md).
+// (family 6, models 143 and 207) and falls back to its Prescott (SSE3) kernels there, several
+// times slower than its AVX-512 SkylakeX kernels that these CPUs run correctly (docs/perf.md
+// section 1 has the numbers).
 #pragma once
 
 #include <string>

@@ -18,9 +18,8 @@
 // block of C is one run of a 2 x 2 tile micro-kernel over all K (4 C tiles, 2 A and 2 B
 // tiles: all 8 tile registers); padded rows/columns of C are computed and never stored.
 // Blocks go A panel by A panel, each sweeping a chunk of B panels that stays in L2 (the
-// A panel, 24-96 KiB, stays in L1/L2). The micro-kernel alone runs at ~1.8 TFLOP/s with B
-// in L2 on this machine; the rest of the time goes to packing and to writing C
-// (docs/perf.md).
+// A panel, 24-96 KiB, stays in L1/L2). Where the time goes (micro-kernel, packing, writing
+// C) is measured in docs/perf.md section 7.
 //
 // Determinism: every C element is the sum over the K tiles in increasing order, in one
 // micro-kernel run, whatever the thread count or buffer addresses; threads split blocks
@@ -264,7 +263,7 @@ void gemm16_amx_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alph
   const int chunk_panels = (n_panels + n_chunks - 1) / n_chunks;
   const bool parallel = double(M) * N * K >= kParallelMinMacs;
   // C = A B (the forward): full blocks go from the tiles straight into C, which saves a
-  // 4 KiB round trip through acc per block (+18-28% on the K = 384 forwards).
+  // 4 KiB round trip through acc per block (docs/perf.md section 7).
   const bool store_direct = alpha == 1.0f && beta == 0.0f;
 
 #pragma omp parallel if (parallel)
