@@ -1,5 +1,5 @@
 // Step timing: a steady-clock stopwatch and the per-step phase record whose fields are
-// those of the steps.jsonl record (DESIGN.md, docs/logs.md). The sum rule
+// those of the steps.jsonl record (docs/logs.md). The sum rule
 // data + forward + backward + optimizer + comm_exposed + other = step holds by
 // construction: `other` is what the named phases leave of the step.
 #pragma once

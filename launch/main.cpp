@@ -1,4 +1,4 @@
-// `ringstep`: the command line (DESIGN.md "The command"). Bad input of any kind — flags,
+// `ringstep`: the command line (docs/design.md "The command"). Bad input of any kind — flags,
 // configs, data files — prints one message and exits with code 2.
 #include <CLI/CLI.hpp>
 #include <cstdio>

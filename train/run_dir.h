@@ -1,4 +1,4 @@
-// The run directory (DESIGN.md "The run directory"): created by rank 0 only after every
+// The run directory (docs/design.md "The run directory"): created by rank 0 only after every
 // input has been checked; files that are written whole (config.yaml, summary.json) go
 // through a temporary file and a rename so a crash never leaves half of one.
 #pragma once
