@@ -153,7 +153,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
                                cfg.train.weight_decay});
   LrSchedule sched{cfg.train.schedule, cfg.train.lr, cfg.train.min_lr_ratio, cfg.train.warmup_steps,
                    cfg.train.steps};
-  Arena arena(model.arena_bytes(B, T) + 4096);
+  Arena arena(model.count_arena_bytes(B, T));
   sync.setup(model);
   if (world > 1) sync.check_replicas(model.params().data(), model.params().size(), 0);
 
