@@ -1,27 +1,37 @@
 #include "core/arena.h"
 
-#include "core/aligned_alloc.h"
-
-#include <cstdlib>
-#include <new>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
-namespace ringstep {
+#include "core/aligned_alloc.h"
 
-Arena::Arena(size_t capacity_bytes) : capacity_((capacity_bytes + 63) / 64 * 64) {
+namespace ringstep {
+namespace {
+
+// A counting arena's addresses start here: non-canonical on x86-64, so a dereference by
+// mistake faults at once instead of reading some other buffer.
+constexpr uintptr_t kCountingBase = uintptr_t{1} << 63;
+
+}  // namespace
+
+Arena::Arena(size_t capacity_bytes, Device device)
+    : capacity_((capacity_bytes + 63) / 64 * 64), device_(device) {
+  require_device(device, "activation arena");
   base_ = static_cast<char*>(allocate_buffer(capacity_));
 }
+
+Arena::Arena() : capacity_(SIZE_MAX), counting_(true) {}
 
 Arena::~Arena() { release_buffer(base_); }
 
 void* Arena::alloc_bytes(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
-  if (used_ + rounded > capacity_)
+  if (rounded > capacity_ - used_)
     throw std::length_error("activation arena full: " + std::to_string(bytes) +
-                            " bytes requested, " + std::to_string(capacity_ - used_) +
-                            " of " + std::to_string(capacity_) + " free");
-  void* p = base_ + used_;
+                            " bytes requested, " + std::to_string(capacity_ - used_) + " of " +
+                            std::to_string(capacity_) + " free");
+  void* p = counting_ ? reinterpret_cast<void*>(kCountingBase + used_) : base_ + used_;
   used_ += rounded;
   if (used_ > peak_) peak_ = used_;
   return p;

@@ -1,11 +1,11 @@
 #include "core/registry.h"
 
-#include "core/aligned_alloc.h"
-
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <stdexcept>
+
+#include "core/aligned_alloc.h"
 
 namespace ringstep {
 
@@ -32,11 +32,12 @@ size_t Registry::param_count() const {
   return n;
 }
 
-FlatBuffer::FlatBuffer(size_t n) : n_(n) {
+FlatBuffer::FlatBuffer(size_t n, Device device) : n_(n), device_(device) {
+  require_device(device, "flat buffer");
   data_ = static_cast<float*>(allocate_buffer(n * sizeof(float)));
 }
 
-FlatBuffer::FlatBuffer(FlatBuffer&& o) noexcept : data_(o.data_), n_(o.n_) {
+FlatBuffer::FlatBuffer(FlatBuffer&& o) noexcept : data_(o.data_), n_(o.n_), device_(o.device_) {
   o.data_ = nullptr;
   o.n_ = 0;
 }
@@ -46,6 +47,7 @@ FlatBuffer& FlatBuffer::operator=(FlatBuffer&& o) noexcept {
     release_buffer(data_);
     data_ = o.data_;
     n_ = o.n_;
+    device_ = o.device_;
     o.data_ = nullptr;
     o.n_ = 0;
   }

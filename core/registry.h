@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace ringstep {
@@ -41,11 +42,12 @@ class Registry {
   size_t total_ = 0;
 };
 
-// A 64-byte aligned, zero-initialised float buffer laid out by a registry.
+// A 64-byte aligned, zero-initialised float buffer laid out by a registry, in the memory
+// of one device (only Device::cpu allocates in this build: InputError otherwise).
 class FlatBuffer {
  public:
   FlatBuffer() = default;
-  explicit FlatBuffer(size_t n);
+  explicit FlatBuffer(size_t n, Device device = Device::cpu);
   FlatBuffer(FlatBuffer&& o) noexcept;
   FlatBuffer& operator=(FlatBuffer&& o) noexcept;
   FlatBuffer(const FlatBuffer&) = delete;
@@ -56,6 +58,7 @@ class FlatBuffer {
   const float* data() const { return data_; }
   size_t size() const { return n_; }
   size_t bytes() const { return n_ * sizeof(float); }
+  Device device() const { return device_; }
   float* at(const TensorInfo& t) { return data_ + t.offset; }
   const float* at(const TensorInfo& t) const { return data_ + t.offset; }
   void zero();
@@ -63,6 +66,7 @@ class FlatBuffer {
  private:
   float* data_ = nullptr;
   size_t n_ = 0;
+  Device device_ = Device::cpu;
 };
 
 }  // namespace ringstep

@@ -6,12 +6,11 @@
 // arena; backward() adds into the gradient buffer and reports each finished layer so the
 // trainer can start reducing it while earlier layers are still computing.
 //
-// Precision (docs/precision.md): parameters, gradients and optimizer state are fp32. With a
-// 16-bit activation dtype, every saved activation is stored in 16 bits, matrix products
-// take 16-bit inputs (activations, gradients w.r.t. activations and a 16-bit copy of the
-// weights) with fp32 accumulation (core/cpu/gemm16.h), and everything else computes in
-// fp32 on converted blocks. Every consumer reads the stored (rounded) value, never the fp32
-// value before rounding, so a recomputed forward is bit-identical to the first one.
+// Every op on activations runs on the model's Backend (core/backend.h), which owns how
+// activations are stored and computed. Precision (docs/precision.md): parameters,
+// gradients and optimizer state are fp32; with a 16-bit activation dtype every saved
+// activation is stored in 16 bits and every consumer reads the stored (rounded) value, so
+// a recomputed forward is bit-identical to the first one.
 //
 // Recomputation: a block is kept whole, or keeps only its input (full), or keeps its matrix
 // products' outputs (selective); backward rebuilds what is missing one block at a time.
@@ -21,11 +20,14 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
+#include "core/backend.h"
 #include "core/config.h"
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/registry.h"
 
@@ -43,14 +45,18 @@ struct GptOptions {
 
 class Gpt {
  public:
-  explicit Gpt(const ModelConfig& cfg, const GptOptions& opt = {});
+  // Parameters and gradients live in host memory; activations and the ops on them on
+  // DEVICE, through make_backend(DEVICE, opt.act_dtype) (InputError for a device this build
+  // lacks).
+  explicit Gpt(const ModelConfig& cfg, const GptOptions& opt = {}, Device device = Device::cpu);
 
   const ModelConfig& config() const { return cfg_; }
   const Registry& registry() const { return reg_; }
   const GptOptions& options() const { return opt_; }
-  // Mutable access marks the 16-bit weight copy stale; the next forward refreshes it.
+  // Mutable access marks the backend's copy of the weights stale; the next forward
+  // refreshes it (Backend::set_weights).
   FlatBuffer& params() {
-    weights16_stale_ = true;
+    weights_stale_ = true;
     return params_;
   }
   const FlatBuffer& params() const { return params_; }
@@ -72,8 +78,11 @@ class Gpt {
   void backward(float dloss_scale, Arena& arena,
                 const std::function<void(int layer)>& layer_done = nullptr);
 
-  // Bytes of arena the forward + backward of one micro-batch need (an upper bound).
-  size_t arena_bytes(int B, int T) const;
+  // Bytes of arena the forward + backward (or evaluate) of one B x T micro-batch needs,
+  // exactly: runs them on a counting arena (core/arena.h), making every allocation, the
+  // backend's scratch included, and no compute. Parameters and gradients are untouched.
+  // std::logic_error between forward() and backward().
+  size_t count_arena_bytes(int B, int T);
   // Milliseconds the last backward() spent recomputing activations (0 with policy none).
   double last_recompute_ms() const { return recompute_ms_; }
   // Forward FLOPs per token that backward repeats under the recompute policy (for HFU).
@@ -95,65 +104,68 @@ class Gpt {
   struct Layer {
     size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcp_w, fcp_b;
   };
-  // A block's saved tensors. The void* ones hold act_dtype values; the LayerNorm
-  // statistics are always fp32. Null = not kept (rebuilt by backward).
+  // A block's saved tensors, x (B, T, C) being its input. The void* ones hold act_dtype
+  // values; the LayerNorm statistics are fp32. Null = not kept (rebuilt by backward).
   struct LayerActs {
-    void *ln1 = nullptr, *qkv = nullptr, *att = nullptr, *atty = nullptr, *res2 = nullptr,
-         *ln2 = nullptr, *fch = nullptr, *fch_gelu = nullptr, *res3 = nullptr;
-    float *ln1_mean = nullptr, *ln1_rstd = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
+    void* ln1 = nullptr;        // (B, T, C)      ln1(x)
+    void* qkv = nullptr;        // (B, T, 3C)     q | k | v
+    void* att = nullptr;        // (B, NH, T, T)  attention probabilities
+    void* atty = nullptr;       // (B, T, C)      attention output, heads side by side
+    void* res2 = nullptr;       // (B, T, C)      x + proj(atty)
+    void* ln2 = nullptr;        // (B, T, C)      ln2(res2)
+    void* fch = nullptr;        // (B, T, 4C)     fc(ln2)
+    void* fch_gelu = nullptr;   // (B, T, 4C)     gelu(fch)
+    void* res3 = nullptr;       // (B, T, C)      res2 + fcp(fch_gelu): the block output
+    float* ln1_mean = nullptr;  // (B, T)
+    float* ln1_rstd = nullptr;  // (B, T)
+    float* ln2_mean = nullptr;  // (B, T)
+    float* ln2_rstd = nullptr;  // (B, T)
   };
+  // What a block keeps until backward: everything, only its output (a full recompute
+  // rebuilds the rest from the input), or the matrix products' outputs and its output.
   enum class Keep { all, input, selective };
+  // One act_dtype tensor of LayerActs: its pointer, its element count, and the Keep
+  // values that keep it (bit int(k)).
+  struct ActSlot {
+    void** ptr;
+    size_t numel;
+    uint8_t kept_by;
+    bool kept(Keep k) const { return (kept_by >> int(k)) & 1; }
+  };
   Keep keep(int layer) const;
   const float* p(size_t i) const { return params_.data() + reg_.at(i).offset; }
-  const uint16_t* p16(size_t i) const { return weights16_.data() + reg_.at(i).offset; }
   float* g(size_t i) { return grads_.data() + reg_.at(i).offset; }
-  bool half() const { return opt_.act_dtype != DType::f32; }
-  size_t esize() const { return dtype_size(opt_.act_dtype); }
 
-  // Element counts of a block's act_dtype tensors, in the order of act_slots().
-  std::array<size_t, 9> act_sizes(int B, int T) const;
-  static std::array<void**, 9> act_slots(LayerActs& a);
-
-  // Storage helpers (see gpt.cpp).
+  // The one list of a block's act_dtype tensors, for the current B and T.
+  std::array<ActSlot, 9> slots(LayerActs& a) const;
   void* alloc_act(size_t n);
-  void alloc_missing(LayerActs& a, Keep k);
-  const float* load(const void* act, size_t n);
-  void store(void* act, const float* src, size_t n);
-  float* out_f32(void* act, size_t n);
-  void refresh_weights16();
-
-  // Ops on stored activations.
-  void layernorm_fwd(void* out, float* mean, float* rstd, const void* in, size_t w, size_t b);
-  // The LM head's logits [N, V] (fp32) from the final LayerNorm's output and wte.
-  void logits_fwd(float* logits);
-  void linear_bwd(float* din, size_t w, size_t b, const float* dout, const void* in, int C,
-                  int OC);
-  void attention_fwd(void* atty, void* att, const void* qkv);
-  void attention_bwd(float* dqkv, const float* datty, const void* qkv, const void* att);
-  void gelu_fwd(void* out, const void* in, size_t n);
-  void gelu_bwd(float* d, const void* in, size_t n);
-  // Writes act OUT = IN @ W^T + B (+ RESIDUAL if not null).
-  void linear_fwd_act(void* out, const void* in, size_t w, size_t b, int C, int OC,
-                      const void* residual);
-  void layernorm_bwd(float* dres, size_t w, size_t b, const float* dout, const void* in,
-                     const float* mean, const float* rstd);
+  // Allocates the tensors policy K keeps until backward.
+  void alloc_kept(LayerActs& a, Keep k);
+  // Allocates the tensors still null but the block output, and the LayerNorm statistics:
+  // what running (or rebuilding) the block needs besides what it keeps.
+  void alloc_rebuilt(LayerActs& a);
 
   // Backward's fp32 buffers for gradients w.r.t. activations.
   struct DBufs {
-    float *dres, *dln, *big;  // big: 4NC, shared by the MLP's and attention's gradients
+    float* dres;  // (B, T, C)   the residual stream's gradient
+    float* dln;   // (B, T, C)   a LayerNorm output's gradient
+    float* big;   // (B, T, 4C)  dGELU, then (in place) dfc, then dqkv | datty
   };
   float run_forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
                     bool for_backward);
   void block_forward(int l, const void* x, LayerActs& a);
   void recompute_block(int l, const void* x, LayerActs& a, Keep k);
   void block_backward(int l, const void* x, const LayerActs& a, const DBufs& d);
+  // The final LayerNorm, logits and loss on the last block's output X; returns the mean loss.
+  float head_forward(const void* x);
+  void head_backward(float dloss_scale);
 
   ModelConfig cfg_;
   GptOptions opt_;
   Registry reg_;
   FlatBuffer params_, grads_;
-  std::vector<uint16_t> weights16_;  // act_dtype copy of params_ for the matrix products
-  bool weights16_stale_ = true;
+  std::unique_ptr<Backend> backend_;
+  bool weights_stale_ = true;  // params_ changed since the last Backend::set_weights
   size_t wte_, wpe_, lnf_w_, lnf_b_;
   std::vector<Layer> layers_;
 
@@ -161,16 +173,19 @@ class Gpt {
   Arena* arena_ = nullptr;
   double recompute_ms_ = 0;
   int B_ = 0, T_ = 0;
-  size_t forward_mark_ = 0;  // arena mark at forward() entry; backward() releases to it
+  size_t forward_mark_ = 0;          // arena mark at forward() entry; backward() releases to it
   std::vector<size_t> layer_marks_;  // arena mark before each block's saved tensors
   size_t head_mark_ = 0;             // arena mark before the final LayerNorm's
   DBufs d_{};
   const int32_t* inputs_ = nullptr;
   const int32_t* targets_ = nullptr;
-  void* encoded_ = nullptr;
+  void* encoded_ = nullptr;  // (B, T, C)  wte[inputs] + wpe
   std::vector<LayerActs> acts_;
-  void* lnf_ = nullptr;
-  float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *probs_ = nullptr, *losses_ = nullptr;
+  void* lnf_ = nullptr;        // (B, T, C)  final LayerNorm output
+  float* lnf_mean_ = nullptr;  // (B, T)
+  float* lnf_rstd_ = nullptr;  // (B, T)
+  float* probs_ = nullptr;     // (B, T, V)  fp32 softmax of the logits
+  float* losses_ = nullptr;    // (B, T)
 };
 
 }  // namespace ringstep

@@ -79,7 +79,7 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
       // Inputs first: a bad data file must fail before anything is written.
       val_data_(make_data_source(checked(cfg_, sync_.world()), "val", sync_.rank(), sync_.world())),
       model_(cfg.model, model_options(cfg)),
-      arena_(model_.arena_bytes(cfg.train.micro_batch, cfg.model.seq_len) + 4096),
+      arena_(model_.count_arena_bytes(cfg.train.micro_batch, cfg.model.seq_len)),
       state_(model_.registry(), cfg, make_data_source(cfg, "train", sync_.rank(), sync_.world())),
       schedule_{cfg.train.schedule, cfg.train.lr, cfg.train.min_lr_ratio, cfg.train.warmup_steps,
                 cfg.train.steps},

@@ -49,7 +49,7 @@ Result RunModel(DType dt, RecomputePolicy policy, int k = 2, int B = 2, int T = 
   for (const auto& t : m.registry().tensors())
     if (t.shape.size() == 1)
       for (size_t i = 0; i < t.numel; ++i) m.params().at(t)[i] += nd(gen);
-  Arena arena(m.arena_bytes(B, T));
+  Arena arena(m.count_arena_bytes(B, T));
   m.grads().zero();
   Result r;
   for (int micro = 0; micro < 2; ++micro) {

@@ -45,7 +45,7 @@ TEST(Gpt, GradientMatchesFiniteDifferences) {
     if (t.shape.size() == 1)
       for (size_t i = 0; i < t.numel; ++i) m.params().at(t)[i] += nd(gen);
   Batch b = MakeBatch(B, T, mc.vocab_size, 11);
-  Arena arena(m.arena_bytes(B, T));
+  Arena arena(m.count_arena_bytes(B, T));
   m.grads().zero();
   m.forward(b.in.data(), b.tg.data(), B, T, arena);
   m.backward(1.0f, arena);
@@ -76,7 +76,7 @@ TEST(Gpt, BackwardAddsIntoGradients) {
   Gpt m(mc);
   m.init(1);
   Batch b = MakeBatch(2, 6, mc.vocab_size, 2);
-  Arena arena(m.arena_bytes(2, 6));
+  Arena arena(m.count_arena_bytes(2, 6));
   m.grads().zero();
   m.forward(b.in.data(), b.tg.data(), 2, 6, arena);
   m.backward(1.0f, arena);
@@ -97,7 +97,7 @@ TEST(Gpt, GradientAccumulationMatchesOneLargeBatch) {
   Gpt m(mc);
   m.init(5);
   Batch big = MakeBatch(8, T, mc.vocab_size, 9);
-  Arena arena(m.arena_bytes(8, T));
+  Arena arena(m.count_arena_bytes(8, T));
   m.grads().zero();
   m.forward(big.in.data(), big.tg.data(), 8, T, arena);
   m.backward(1.0f, arena);

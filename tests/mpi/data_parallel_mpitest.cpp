@@ -45,7 +45,7 @@ std::vector<float> Train(Gpt& m, AdamW& opt, GradSync* sync, int steps, int B, b
                          std::vector<std::vector<float>>* grads_per_step = nullptr) {
   const int W = world().size(), r = world().rank(), T = m.config().seq_len;
   const int rows = local_only ? W * B : B;
-  Arena arena(m.arena_bytes(rows, T));
+  Arena arena(m.count_arena_bytes(rows, T));
   std::vector<int32_t> in, tg;
   std::vector<float> losses;
   for (int s = 0; s < steps; ++s) {

@@ -1,0 +1,106 @@
+// The ops a model runs on its stored activations, behind one interface per device (ggml's
+// backend seam): the model calls these and nothing else that touches activation memory, so
+// adding a device touches no model code. make_backend picks the implementation.
+//
+// Contracts shared by every op:
+// - Shapes are explicit arguments (llm.c style, see core/cpu/ops.h): B batch, T sequence
+//   length, C channels, OC output channels, NH heads, V vocabulary, N = B*T rows.
+//   Row-major. The caller owns every buffer; ops keep no pointer after returning, except
+//   set_weights (see there).
+// - "Stored" arguments (void*) hold act_dtype() values in the backend's device memory: the
+//   activations a model saves. float* arguments are fp32: parameters, gradients,
+//   LayerNorm statistics, logits, probabilities, losses and gradients w.r.t. activations.
+// - Weight and bias arguments point into the parameter buffer last given to set_weights().
+// - Backward ops ADD into their gradient outputs (+=), except where the comment says
+//   otherwise; a null gradient output marked "may be null" is not computed.
+// - ARENA: temporaries come from it and are released before the op returns. When
+//   arena.counting(), the op makes exactly the allocations it would make for real and
+//   computes nothing: its pointer arguments may point nowhere and are not touched.
+// - The result of an op depends only on its inputs and on each buffer's offset from a
+//   64-byte boundary (a CPU row reduction starts its vector loop at the first aligned
+//   element), not on thread counts: with the arena's 64-byte aligned tensors,
+//   recomputing a forward gives the same bits.
+// Not thread-safe: one backend per model.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/arena.h"
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace ringstep {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual DType act_dtype() const = 0;  // storage of the "stored" arguments
+
+  // PARAMS[0, N) is the parameter buffer that weight arguments point into; it must outlive
+  // the backend's use of it. Call again whenever its values change: a 16-bit backend
+  // rounds its own copy of the weights here, and its matrix products read that copy.
+  virtual void set_weights(const float* params, size_t n) = 0;
+  // x[0, N) = 0.
+  virtual void zero(float* x, size_t n, Arena& arena) = 0;
+
+  // out (N, C) = wte[tokens[n]] + wpe[n % T]; TOKENS (N) are host memory.
+  virtual void encoder_forward(void* out, const int32_t* tokens, const float* wte, const float* wpe,
+                               int B, int T, int C, Arena& arena) = 0;
+  virtual void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                int B, int T, int C, Arena& arena) = 0;
+
+  // out (N, C) = LayerNorm(inp) * weight + bias; mean (N), rstd (N) saved for backward.
+  virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
+                                 const float* weight, const float* bias, int N, int C,
+                                 Arena& arena) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const void* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C, Arena& arena) = 0;
+
+  // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC) [+ residual (N, OC), stored,
+  // when not null].
+  virtual void linear_forward(void* out, const void* inp, const float* weight, const float* bias,
+                              const void* residual, int N, int C, int OC, Arena& arena) = 0;
+  // dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += column sums
+  // of dout. dinp and dbias may be null. A 16-bit backend rounds dout to act_dtype where it
+  // enters a product (in fp16 a value past 65504 becomes inf: the loss scaler's signal).
+  virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const void* inp, const float* weight, int N, int C, int OC,
+                               Arena& arena) = 0;
+
+  // The LM head: logits (N, V), fp32, = inp (N, C) @ wte (V, C)^T, no bias.
+  virtual void logits_forward(float* logits, const void* inp, const float* wte, int N, int C, int V,
+                              Arena& arena) = 0;
+
+  // Causal self-attention over qkv (B, T, 3C) = q | k | v: att (B, NH, T, T) receives the
+  // softmax probabilities, out (B, T, C) = att @ v with heads side by side (core/cpu/ops.h).
+  virtual void attention_forward(void* out, void* att, const void* qkv, int B, int T, int C, int NH,
+                                 Arena& arena) = 0;
+  // dqkv (B, T, 3C) += the gradient through the op, from dout (B, T, C) and forward's att.
+  virtual void attention_backward(float* dqkv, const float* dout, const void* qkv, const void* att,
+                                  int B, int T, int C, int NH, Arena& arena) = 0;
+
+  // out (N, C) = GELU(inp), tanh approximation. Elementwise: any (N, C) view of a tensor.
+  virtual void gelu_forward(void* out, const void* inp, int N, int C, Arena& arena) = 0;
+  // In place, not +=: d (N, C) holds dL/dout on entry and dL/dinp on return.
+  virtual void gelu_backward(float* d, const void* inp, int N, int C, Arena& arena) = 0;
+
+  // probs (N, V) = softmax(logits); losses (N) = -log probs[n, targets[n]]. Returns the
+  // mean of the losses (summed in double, in row order) as a host value; 0 when counting.
+  // TARGETS (N) are host memory.
+  virtual float crossentropy_forward(float* losses, float* probs, const float* logits,
+                                     const int32_t* targets, int N, int V, Arena& arena) = 0;
+  // dlogits (N, V) += (probs - onehot(targets)) * dloss.
+  virtual void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
+                                     float dloss, int N, int V, Arena& arena) = 0;
+};
+
+// The backend for DEVICE storing activations as ACT_DTYPE (f32, bf16 or f16). Device::cuda
+// is an InputError in this build.
+std::unique_ptr<Backend> make_backend(Device device, DType act_dtype);
+
+}  // namespace ringstep
