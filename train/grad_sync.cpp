@@ -8,9 +8,9 @@
 #include "comm/communicator.h"
 #include "comm/engine.h"
 #include "core/checksum.h"
+#include "core/stats.h"
 #include "models/gpt.h"
 #include "optim/loss_scaler.h"
-#include "train/report.h"  // percentile
 
 namespace ringstep {
 

@@ -15,6 +15,7 @@
 #include "core/cpu/peak.h"
 #include "core/error.h"
 #include "core/profiler.h"
+#include "core/stats.h"
 #include "core/threads.h"
 #include "core/trace.h"
 #include "models/gpt.h"
