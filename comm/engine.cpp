@@ -82,11 +82,12 @@ CommHandle CommEngine::enqueue(const CollectiveDesc& desc, std::function<void(Co
 CommHandle CommEngine::enqueue_allreduce(void* buf, size_t count, DType dt, AllreduceAlgo algo,
                                          bool average, uint64_t tag) {
   RingOptions ring = opts_.ring;
+  ring.op = ReduceOp::sum;
   ring.average = average;
   return enqueue({"allreduce", tag, count, dt}, [=](Communicator& comm) {
     if (algo == AllreduceAlgo::ring) return ring_allreduce(comm, buf, count, dt, ring);
     // The async form, so the wait is ours (Backoff) rather than MPI's spinning one.
-    comm.allreduce_async(buf, count, dt).wait();
+    comm.allreduce_async(buf, count, dt, ring.op).wait();
     if (average) divide_by(buf, count, dt, static_cast<float>(comm.size()));
   });
 }

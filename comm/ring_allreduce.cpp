@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "comm/backoff.h"
@@ -87,7 +89,7 @@ void ring_steps(Communicator& comm, std::byte* buf, size_t count, DType dt, int 
       if (s < n - 1) {
         const Shard p = piece(mod(r - s - 2, n), t);
         const float divisor = (opt.average && s == n - 2) ? static_cast<float>(n) : 1.0f;
-        reduce_sum(buf + p.offset * esize, slot(t), p.count, dt, divisor);
+        reduce(opt.op, buf + p.offset * esize, slot(t), p.count, dt, divisor);
       }
       recvs[t % window] = CommHandle();
       ++recv_done;
@@ -108,8 +110,8 @@ void ring_steps(Communicator& comm, std::byte* buf, size_t count, DType dt, int 
 
 // Recursive doubling: log2(N) full-buffer exchanges. With N not a power of two, the first
 // 2*rem ranks fold pairwise (even sends to odd) into a power-of-two group and get the
-// result back at the end. Partners compute a+b and b+a, equal in IEEE arithmetic, so
-// every rank ends with the same bits.
+// result back at the end. Partners compute op(a, b) and op(b, a), equal to the bit (IEEE
+// addition; max and min by ReduceOp's tie rules), so every rank ends with the same bits.
 void recursive_doubling(Communicator& comm, std::byte* buf, size_t count, DType dt,
                         const RingOptions& opt) {
   const int n = comm.size(), r = comm.rank();
@@ -126,7 +128,7 @@ void recursive_doubling(Communicator& comm, std::byte* buf, size_t count, DType 
       vrank = -1;
     } else {
       comm.recv(tmp, count, dt, r - 1, opt.tag);
-      reduce_sum(buf, tmp, count, dt);
+      reduce(opt.op, buf, tmp, count, dt);
       vrank = r / 2;
     }
   }
@@ -138,7 +140,7 @@ void recursive_doubling(Communicator& comm, std::byte* buf, size_t count, DType 
       CommHandle send = comm.isend(buf, count, dt, peer, opt.tag);
       recv.wait();
       send.wait();
-      reduce_sum(buf, tmp, count, dt, (mask << 1) >= group ? final_divisor : 1.0f);
+      reduce(opt.op, buf, tmp, count, dt, (mask << 1) >= group ? final_divisor : 1.0f);
     }
   }
   if (r < 2 * rem) {
@@ -148,6 +150,12 @@ void recursive_doubling(Communicator& comm, std::byte* buf, size_t count, DType 
       comm.recv(buf, count, dt, r + 1, opt.tag);
     }
   }
+}
+
+void check_options(const RingOptions& opt) {
+  if (opt.average && opt.op != ReduceOp::sum)
+    throw std::invalid_argument(std::string("allreduce: average divides a sum, not a ") +
+                                reduce_op_name(opt.op));
 }
 
 }  // namespace
@@ -169,6 +177,7 @@ size_t ring_chunks_per_segment(size_t count, int nranks, DType dt, size_t chunk_
 }
 
 void ring_allreduce(Communicator& comm, void* buf, size_t count, DType dt, const RingOptions& opt) {
+  check_options(opt);
   if (comm.size() == 1 || count == 0) return;
   auto* bytes = static_cast<std::byte*>(buf);
   if (count * dtype_size(dt) <= opt.small_bytes)
@@ -178,6 +187,7 @@ void ring_allreduce(Communicator& comm, void* buf, size_t count, DType dt, const
 
 void ring_reduce_scatter(Communicator& comm, void* buf, size_t count, DType dt,
                          const RingOptions& opt) {
+  check_options(opt);
   ring_steps(comm, static_cast<std::byte*>(buf), count, dt, 0, comm.size() - 1, opt);
 }
 
@@ -189,7 +199,8 @@ void ring_allgather(Communicator& comm, void* buf, size_t count, DType dt, const
 void allreduce(Communicator& comm, AllreduceAlgo algo, void* buf, size_t count, DType dt,
                const RingOptions& opt) {
   if (algo == AllreduceAlgo::ring) return ring_allreduce(comm, buf, count, dt, opt);
-  comm.allreduce(buf, count, dt);
+  check_options(opt);
+  comm.allreduce(buf, count, dt, opt.op);
   if (opt.average) divide_by(buf, count, dt, static_cast<float>(comm.size()));
 }
 

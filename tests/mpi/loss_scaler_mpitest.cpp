@@ -37,7 +37,7 @@ class ScalerReplica {
     std::vector<float> g(reg_.total_numel());
     const auto s = static_cast<float>(scaler_.scale());  // backward of loss * S
     for (size_t i = 0; i < g.size(); ++i) g[i] = testing::exact_value(comm.rank(), i) * s;
-    comm.allreduce(g.data(), g.size(), DType::f32);
+    comm.allreduce(g.data(), g.size(), DType::f32, ReduceOp::sum);
     if (comm.rank() == inject_rank) g[g.size() / 3] = bad;
     const bool local = scaler_.unscale_and_check(g.data(), g.size());
     const bool found = LossScaler::agree_found(local, &comm);
