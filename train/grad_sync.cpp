@@ -111,14 +111,17 @@ GradSync::Result GradSync::finish() {
   return r;
 }
 
+void GradSync::wait_bookkeeping(const CommHandle& handle) {
+  handle.wait();
+  engine_->drain_spans();  // bookkeeping traffic, not gradient communication
+}
+
 bool GradSync::any_rank(bool flag) {
   if (world_ == 1) return flag;
   bool any = flag;
-  engine_
-      ->enqueue({"allreduce", (1u << 20) + 2, 1, DType::f32},
-                [&](Communicator& c) { any = LossScaler::agree_found(flag, &c); })
-      .wait();
-  engine_->drain_spans();  // bookkeeping traffic, not gradient communication
+  wait_bookkeeping(
+      engine_->enqueue({"allreduce", kAnyRankTag, 1, DType::f32},
+                       [&](Communicator& c) { any = LossScaler::agree_found(flag, &c); }));
   return any;
 }
 
@@ -133,11 +136,9 @@ GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {
   std::vector<double> all(kFields * world_);
   std::memcpy(all.data() + kFields * rank_, fields, sizeof(fields));
   if (world_ > 1) {
-    engine_
-        ->enqueue({"allgather_bytes", 1u << 20, kFields * world_ * sizeof(double), DType::f32},
-                  [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(fields)); })
-        .wait();
-    engine_->drain_spans();  // bookkeeping traffic, not gradient communication
+    wait_bookkeeping(engine_->enqueue(
+        {"allgather_bytes", kStepViewTag, kFields * world_ * sizeof(double), DType::f32},
+        [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(fields)); }));
   }
   double loss_sum = 0;
   int slowest = 0;
@@ -198,11 +199,9 @@ void GradSync::check_replicas(const float* params, size_t n, int step) {
   const uint64_t h = fnv1a64(params, n * sizeof(float));
   std::vector<uint64_t> all(world_);
   all[rank_] = h;
-  engine_
-      ->enqueue({"allgather_bytes", (1u << 20) + 1, world_ * sizeof(uint64_t), DType::f32},
-                [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(uint64_t)); })
-      .wait();
-  engine_->drain_spans();
+  wait_bookkeeping(
+      engine_->enqueue({"allgather_bytes", kReplicasTag, world_ * sizeof(uint64_t), DType::f32},
+                       [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(uint64_t)); }));
   std::string bad;
   for (int r = 1; r < world_; ++r)
     if (all[r] != all[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);

@@ -36,6 +36,16 @@ std::vector<Bucket> make_buckets(const std::vector<std::pair<size_t, size_t>>& u
 
 class GradSync {
  public:
+  // Engine tags (CollectiveDesc::tag) of GradSync's collectives; the engine checks on a
+  // tag's first use that every rank agrees on the collective. Bucket b's AllReduce is tag
+  // b, so bucket tags are 0 .. buckets().size() - 1 (the trace's "bucket b"); the
+  // bookkeeping collectives have the fixed tags below, far above any bucket count.
+  enum Tag : uint64_t {
+    kStepViewTag = uint64_t{1} << 20,  // agree()
+    kReplicasTag,                      // check_replicas()
+    kAnyRankTag,                       // any_rank()
+  };
+
   struct Result {
     double comm_ms = 0;           // time collectives were in flight (union of their spans)
     double exposed_ms = 0;        // time the training thread waited on them
@@ -72,6 +82,7 @@ class GradSync {
 
  private:
   void enqueue_bucket(size_t b);
+  void wait_bookkeeping(const CommHandle& handle);  // waits, and drops its span
 
   Communicator* comm_;
   CommConfig cfg_;
