@@ -10,7 +10,6 @@
 #include "core/checksum.h"
 #include "core/stats.h"
 #include "models/gpt.h"
-#include "optim/loss_scaler.h"
 
 namespace ringstep {
 
@@ -118,11 +117,18 @@ void GradSync::wait_bookkeeping(const CommHandle& handle) {
 
 bool GradSync::any_rank(bool flag) {
   if (world_ == 1) return flag;
-  bool any = flag;
+  float any = flag ? 1.0f : 0.0f;
   wait_bookkeeping(
       engine_->enqueue({"allreduce", kAnyRankTag, 1, DType::f32},
-                       [&](Communicator& c) { any = LossScaler::agree_found(flag, &c); }));
-  return any;
+                       [&](Communicator& c) { c.allreduce(&any, 1, DType::f32, ReduceOp::max); }));
+  return any > 0.0f;
+}
+
+void GradSync::average(float* buf, size_t n) {
+  if (world_ == 1) return;
+  wait_bookkeeping(engine_->enqueue_allreduce(buf, n, DType::f32,
+                                              parse_allreduce_algo(cfg_.allreduce),
+                                              /*average=*/true, kAverageTag));
 }
 
 GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {

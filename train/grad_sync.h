@@ -4,7 +4,8 @@
 // soon as backward has finished all its layers, so it runs while earlier layers are still
 // computing. finish() waits for all of them; gradients come back averaged over ranks.
 // Also the small per-step agreements the trainer needs: mean loss, every rank's phase
-// times for the `ranks` block, and the replica checksum. With one rank every call is
+// times for the `ranks` block, the loss scaler's skip flag and the replica checksum; and
+// the Reducer an optimizer is handed (optim/reducer.h). With one rank every call is
 // local and costs nothing. Used by the training thread only.
 #pragma once
 
@@ -17,6 +18,7 @@
 #include "comm/engine.h"
 #include "core/config.h"
 #include "core/profiler.h"
+#include "optim/reducer.h"
 
 namespace ringstep {
 
@@ -34,7 +36,7 @@ struct Bucket {
 std::vector<Bucket> make_buckets(const std::vector<std::pair<size_t, size_t>>& units,
                                  size_t bucket_bytes);
 
-class GradSync {
+class GradSync final : public Reducer {
  public:
   // Engine tags (CollectiveDesc::tag) of GradSync's collectives; the engine checks on a
   // tag's first use that every rank agrees on the collective. Bucket b's AllReduce is tag
@@ -44,6 +46,7 @@ class GradSync {
     kStepViewTag = uint64_t{1} << 20,  // agree()
     kReplicasTag,                      // check_replicas()
     kAnyRankTag,                       // any_rank()
+    kAverageTag,                       // average()
   };
 
   struct Result {
@@ -64,17 +67,21 @@ class GradSync {
   static constexpr int kStragglerSteps = 3;
 
   GradSync(Communicator* comm, const CommConfig& cfg);
-  ~GradSync();
+  ~GradSync() override;
   int rank() const { return rank_; }
-  int world() const { return world_; }
+  int world() const override { return world_; }
   void setup(Gpt& model);
   // The per-layer hook to pass to Gpt::backward on the last micro-batch: null with one
   // rank or when comm.overlap is false.
   std::function<void(int)> layer_hook();
   Result finish();
   StepView agree(float loss, const PhaseTimes& local);
-  // True if FLAG is true on any rank (the loss scaler's inf/NaN agreement; a collective).
-  bool any_rank(bool flag);
+  // Reducer: blocking collectives on the engine, outside the bucket accounting (their time
+  // is the caller's phase, not finish()'s comm_ms). any_rank is a MAX over ranks of 0/1
+  // (the loss scaler's inf/NaN agreement); average runs the configured comm.allreduce
+  // algorithm.
+  bool any_rank(bool flag) override;
+  void average(float* buf, size_t n) override;
   // Compares a checksum of every rank's parameters; throws CommError naming the ranks
   // whose parameters differ from rank 0's (replicas diverged: a bug or a bad reduction).
   void check_replicas(const float* params, size_t n, int step);
