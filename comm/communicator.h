@@ -116,6 +116,10 @@ class Communicator {
   // segment_bytes (used when RingOptions::chunk_bytes is 0).
   virtual size_t ring_chunk_bytes(size_t segment_bytes) const { return size_t{512} << 10; }
 
+  // Throws CommError when this transport cannot be driven from a CommEngine's thread while
+  // the thread that made it may still make an occasional call of its own (comm/engine.h).
+  virtual void check_thread_support() const {}
+
   // Diagnostics for a watchdog on another thread: the peer whose message the last
   // unfinished wait was for, or -1 (none, or inside a transport collective).
   virtual int blocked_on_peer() const { return -1; }

@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "comm/backoff.h"
-#include "comm/mpi_communicator.h"
 #include "comm/reduce.h"
 
 namespace ringstep {
@@ -46,10 +45,7 @@ struct CommEngine::Task final : CommRequest {
 };
 
 CommEngine::CommEngine(Communicator& comm, EngineOptions opts) : comm_(comm), opts_(opts) {
-  if (dynamic_cast<MpiCommunicator*>(&comm) && mpi_thread_level() < MPI_THREAD_SERIALIZED)
-    throw CommError(
-        "CommEngine needs MPI initialised with at least MPI_THREAD_SERIALIZED (MpiSession "
-        "asks for MPI_THREAD_MULTIPLE); this MPI provides less");
+  comm.check_thread_support();
   thread_ = std::thread([this] { run(); });
   if (opts_.timeout_s > 0) watchdog_thread_ = std::thread([this] { watchdog(); });
 }

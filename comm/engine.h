@@ -1,8 +1,8 @@
 // CommEngine: one per rank. Its thread runs queued collectives one at a time, in enqueue
 // order (identical on every rank as long as every rank enqueues the same sequence), and is
 // the only thread that uses the Communicator while it has work; the training thread
-// enqueues and later waits. MPI must provide at least MPI_THREAD_SERIALIZED (MpiSession
-// asks for MULTIPLE); the constructor checks when the Communicator is MPI's.
+// enqueues and later waits. The constructor asks the transport whether it allows that
+// (Communicator::check_thread_support; MPI needs at least MPI_THREAD_SERIALIZED).
 //
 // Waiting never hard-spins the core: the engine thread sleeps on a condition variable when
 // idle and polls in-flight messages under comm/backoff.h's policy; a caller of wait() sleeps

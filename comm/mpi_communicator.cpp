@@ -320,6 +320,13 @@ size_t MpiCommunicator::ring_chunk_bytes(size_t segment_bytes) const {
   return segment_bytes < 4 * kChunk ? std::max<size_t>(segment_bytes, 1) : kChunk;
 }
 
+void MpiCommunicator::check_thread_support() const {
+  if (mpi_thread_level() < MPI_THREAD_SERIALIZED)
+    throw CommError(
+        "CommEngine needs MPI initialised with at least MPI_THREAD_SERIALIZED (MpiSession "
+        "asks for MPI_THREAD_MULTIPLE); this MPI provides less");
+}
+
 void MpiCommunicator::abort_job(int code) {
   MPI_Abort(comm_, code);
   std::_Exit(code);

@@ -72,6 +72,8 @@ class MpiCommunicator final : public Communicator {
   // emulation: 128 KiB, so pipelining hides all but one sub-chunk's transfer.
   // Measurements: docs/comm.md.
   size_t ring_chunk_bytes(size_t segment_bytes) const override;
+  // Needs MPI_THREAD_SERIALIZED or more (see the thread level above).
+  void check_thread_support() const override;
   int blocked_on_peer() const override { return blocked_on_peer_.load(std::memory_order_relaxed); }
   [[noreturn]] void abort_job(int code) override;
 
