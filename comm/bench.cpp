@@ -247,7 +247,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
         opts.warmup ? std::to_string(opts.warmup).c_str() : "auto",
         opts.iters ? std::to_string(opts.iters).c_str() : "auto",
         opts.ring.chunk_bytes ? (std::to_string(opts.ring.chunk_bytes) + " B").c_str()
-                              : "by the transport",
+                              : "by the ring's rule",
         opts.ring.window, opts.ring.small_bytes, spin ? "spin" : "polite (backoff)");
     if (link_enabled(opts.link))
       std::printf("# link emulation ON: %.3g Gb/s, %.3g us latency\n", opts.link.bandwidth_gbps,

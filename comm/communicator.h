@@ -54,6 +54,11 @@ struct Shard {
 };
 Shard shard_of(size_t count, int nranks, int rank);
 
+// How point-to-point bytes move, for algorithms that size a pipeline by it (the ring's
+// sub-chunks, comm/ring_allreduce.h): copied by the receiving rank's own CPU (shared
+// memory), or carried by a link while the CPUs compute (a network, or link emulation).
+enum class TransferPath { cpu_copy, link };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -112,9 +117,8 @@ class Communicator {
   // bytes_per_rank bytes sit at buf + r * bytes_per_rank, in and out. Blocking.
   virtual void allgather_bytes(void* buf, size_t bytes_per_rank) = 0;
 
-  // Sub-chunk size that suits this transport's ring pipeline for a segment of
-  // segment_bytes (used when RingOptions::chunk_bytes is 0).
-  virtual size_t ring_chunk_bytes(size_t segment_bytes) const { return size_t{512} << 10; }
+  // What this transport's point-to-point transfers are (see TransferPath).
+  virtual TransferPath transfer_path() const = 0;
 
   // Throws CommError when this transport cannot be driven from a CommEngine's thread while
   // the thread that made it may still make an occasional call of its own (comm/engine.h).

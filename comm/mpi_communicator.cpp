@@ -314,10 +314,8 @@ void MpiCommunicator::allgather_bytes(void* buf, size_t bytes_per_rank) {
                           to_int_count(bytes_per_rank, "allgather_bytes"), MPI_BYTE, comm_));
 }
 
-size_t MpiCommunicator::ring_chunk_bytes(size_t segment_bytes) const {
-  if (link_enabled(link_)) return size_t{128} << 10;
-  constexpr size_t kChunk = size_t{512} << 10;
-  return segment_bytes < 4 * kChunk ? std::max<size_t>(segment_bytes, 1) : kChunk;
+TransferPath MpiCommunicator::transfer_path() const {
+  return link_enabled(link_) ? TransferPath::link : TransferPath::cpu_copy;
 }
 
 void MpiCommunicator::check_thread_support() const {

@@ -66,12 +66,9 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   void allgather_bytes(void* buf, size_t bytes_per_rank) override;
 
-  // Shared memory: a transfer is a CPU copy by the receiver, so sub-chunks buy only cache
-  // locality (the reduce reads staged data still in L2) and each costs a rendezvous:
-  // 512 KiB, or the whole segment when that would be fewer than 4 sub-chunks. Link
-  // emulation: 128 KiB, so pipelining hides all but one sub-chunk's transfer.
-  // Measurements: docs/comm.md.
-  size_t ring_chunk_bytes(size_t segment_bytes) const override;
+  // link under link emulation; otherwise cpu_copy (Open MPI's shared-memory transport,
+  // where the receiver's CPU copies; a job over several nodes is treated alike).
+  TransferPath transfer_path() const override;
   // Needs MPI_THREAD_SERIALIZED or more (see the thread level above).
   void check_thread_support() const override;
   int blocked_on_peer() const override { return blocked_on_peer_.load(std::memory_order_relaxed); }

@@ -41,8 +41,9 @@ void ring_steps(Communicator& comm, std::byte* buf, size_t count, DType dt, int 
   if (n == 1 || count == 0 || first_step >= end_step) return;
   const size_t esize = dtype_size(dt);
   const size_t segment_bytes = shard_of(count, n, 0).count * esize;  // the largest
-  const size_t chunk_bytes =
-      opt.chunk_bytes ? opt.chunk_bytes : comm.ring_chunk_bytes(segment_bytes);
+  const size_t chunk_bytes = opt.chunk_bytes
+                                 ? opt.chunk_bytes
+                                 : ring_default_chunk_bytes(segment_bytes, comm.transfer_path());
   const size_t chunks = ring_chunks_per_segment(count, n, dt, chunk_bytes);
   const size_t window = static_cast<size_t>(std::max(1, opt.window));
   const size_t slot_elems = (shard_of(count, n, 0).count + chunks - 1) / chunks;
@@ -168,6 +169,12 @@ AllreduceAlgo parse_allreduce_algo(const std::string& name) {
   if (name == "ring") return AllreduceAlgo::ring;
   if (name == "native") return AllreduceAlgo::native;
   throw InputError("unknown allreduce algorithm '" + name + "'; expected ring or native");
+}
+
+size_t ring_default_chunk_bytes(size_t segment_bytes, TransferPath path) {
+  if (path == TransferPath::link) return size_t{128} << 10;
+  constexpr size_t kChunk = size_t{512} << 10;
+  return segment_bytes < 4 * kChunk ? std::max<size_t>(segment_bytes, 1) : kChunk;
 }
 
 size_t ring_chunks_per_segment(size_t count, int nranks, DType dt, size_t chunk_bytes) {

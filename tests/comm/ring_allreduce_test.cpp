@@ -46,6 +46,18 @@ TEST(CommRingChunks, SplitTheLargestSegmentBySubChunkBytes) {
   EXPECT_EQ(ring_chunks_per_segment(1000, 1, DType::f32, 4), 1000u);
 }
 
+// The ring's own sub-chunk rule (ring_allreduce.h), per transfer path.
+TEST(CommRingChunks, DefaultSubChunkFollowsTheTransferPath) {
+  constexpr size_t KiB = 1024;
+  EXPECT_EQ(ring_default_chunk_bytes(64 << 20, TransferPath::cpu_copy), 512 * KiB);
+  EXPECT_EQ(ring_default_chunk_bytes(2048 * KiB, TransferPath::cpu_copy), 512 * KiB);
+  // Fewer than 4 sub-chunks of 512 KiB: the whole segment is one.
+  EXPECT_EQ(ring_default_chunk_bytes(2048 * KiB - 1, TransferPath::cpu_copy), 2048 * KiB - 1);
+  EXPECT_EQ(ring_default_chunk_bytes(0, TransferPath::cpu_copy), 1u);
+  EXPECT_EQ(ring_default_chunk_bytes(64 << 20, TransferPath::link), 128 * KiB);
+  EXPECT_EQ(ring_default_chunk_bytes(1000, TransferPath::link), 128 * KiB);
+}
+
 TEST(CommRingAlgo, ParsesNames) {
   EXPECT_EQ(parse_allreduce_algo("ring"), AllreduceAlgo::ring);
   EXPECT_EQ(parse_allreduce_algo("native"), AllreduceAlgo::native);
