@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/backoff.h"
-#include "comm/mpi_check.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
 
@@ -112,11 +111,32 @@ struct Row {
   long long wrong = 0;
 };
 
+// Element-wise op over ranks of a small host array of a type no DType covers (double, long
+// long): gathered (allgather_bytes) and combined in rank order, so every rank gets the
+// same bits. Bookkeeping only: it moves size * count elements to every rank.
+template <class T>
+void allreduce_gathered(Communicator& comm, T* buf, size_t count, ReduceOp op) {
+  const auto n = static_cast<size_t>(comm.size());
+  std::vector<T> all(n * count);
+  std::copy(buf, buf + count, all.begin() + static_cast<ptrdiff_t>(comm.rank() * count));
+  comm.allgather_bytes(all.data(), count * sizeof(T));
+  for (size_t i = 0; i < count; ++i) {
+    T acc = all[i];
+    for (size_t r = 1; r < n; ++r) {
+      const T v = all[r * count + i];
+      acc = op == ReduceOp::sum   ? acc + v
+            : op == ReduceOp::max ? std::max(acc, v)
+                                  : std::min(acc, v);
+    }
+    buf[i] = acc;
+  }
+}
+
 // Algorithms are interleaved iteration by iteration (ring, native, ring, native, ...) so
 // that background load and frequency changes touch both alike and the ratio stays fair.
 class Bench {
  public:
-  Bench(const AllreduceBenchOptions& opts, MpiCommunicator& comm) : opts_(opts), comm_(comm) {}
+  Bench(const AllreduceBenchOptions& opts, Communicator& comm) : opts_(opts), comm_(comm) {}
 
   std::vector<Row> measure(size_t count) {
     const DType dt = opts_.dtype;
@@ -131,6 +151,7 @@ class Bench {
       store(dt, expected_.data(), i, static_cast<float>(sum));
     }
     RingOptions ring = opts_.ring;
+    ring.op = ReduceOp::sum;
     ring.average = false;
     const size_t nalgo = opts_.algos.size();
     std::vector<std::vector<double>> times(nalgo);
@@ -157,8 +178,7 @@ class Bench {
     for (int i = 0; i < iters; ++i) iteration(i == iters - 1);
     for (size_t a = 0; a < nalgo; ++a) {
       rows[a].time_us = slowest_median(times[a]);
-      MPI_CHECK(
-          MPI_Allreduce(MPI_IN_PLACE, &rows[a].wrong, 1, MPI_LONG_LONG, MPI_SUM, comm_.mpi_comm()));
+      allreduce_gathered(comm_, &rows[a].wrong, 1, ReduceOp::sum);
     }
     return rows;
   }
@@ -173,15 +193,14 @@ class Bench {
 
   // Median over iterations of the slowest rank's time for each iteration.
   double slowest_median(std::vector<double> times) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()), MPI_DOUBLE,
-                            MPI_MAX, comm_.mpi_comm()));
+    allreduce_gathered(comm_, times.data(), times.size(), ReduceOp::max);
     std::sort(times.begin(), times.end());
     const size_t n = times.size();
     return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
   }
 
   const AllreduceBenchOptions& opts_;
-  MpiCommunicator& comm_;
+  Communicator& comm_;
   std::vector<std::byte> input_, work_, expected_;
 };
 
@@ -204,13 +223,13 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
   const bool root = comm.rank() == 0;
 
   std::ofstream json;
-  int json_ok = 1;
+  float json_ok = 1;
   if (root && !opts.json_path.empty()) {
     json.open(opts.json_path, std::ios::out | std::ios::trunc);
     json_ok = json.good() ? 1 : 0;
   }
-  MPI_CHECK(MPI_Bcast(&json_ok, 1, MPI_INT, 0, comm.mpi_comm()));
-  if (!json_ok)
+  comm.broadcast(&json_ok, 1, DType::f32, 0);
+  if (json_ok == 0)
     throw InputError("bench: cannot open --json file '" + opts.json_path + "' for writing");
 
   const int n = comm.size();
@@ -228,7 +247,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
         opts.warmup ? std::to_string(opts.warmup).c_str() : "auto",
         opts.iters ? std::to_string(opts.iters).c_str() : "auto",
         opts.ring.chunk_bytes ? (std::to_string(opts.ring.chunk_bytes) + " B").c_str()
-                              : "by the transport",
+                              : "by the ring's rule",
         opts.ring.window, opts.ring.small_bytes, spin ? "spin" : "polite (backoff)");
     if (link_enabled(opts.link))
       std::printf("# link emulation ON: %.3g Gb/s, %.3g us latency\n", opts.link.bandwidth_gbps,

@@ -25,7 +25,7 @@ struct AllreduceBenchOptions {
   int iters = 0;          // timed iterations per row; 0 = auto (~0.25 s per row, 10..1000)
   int warmup = 0;         // untimed iterations per size; 0 = auto (20 below 1 MiB, else 5)
   std::string json_path;  // "" = no JSON
-  RingOptions ring;       // ring tuning (average is ignored: the bench sums)
+  RingOptions ring;       // ring tuning (op and average are ignored: the bench sums)
   LinkConfig link;        // link emulation for both algorithms (0 = off)
   // How the ring's waits poll. The bench thread owns its core, so by default it spins as
   // MPI_Allreduce's own wait does; WaitPolicy::polite() shows the CommEngine's policy.

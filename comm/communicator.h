@@ -1,6 +1,6 @@
 // The transport seam: a Communicator moves raw CPU (or, for NCCL, device) buffers between
-// the ranks of one job. Every collective is in place, sums for reductions, and must be
-// called by every rank in the same order with the same count and dtype. Async forms return
+// the ranks of one job. Every collective is in place and must be called by every rank in
+// the same order with the same count, dtype and ReduceOp (comm/reduce.h). Async forms return
 // a CommHandle; the buffer belongs to the operation until the handle has completed.
 // A Communicator is not thread-safe: one thread at a time (in training: the CommEngine's).
 #pragma once
@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "comm/reduce.h"
 #include "core/dtype.h"
 
 namespace ringstep {
@@ -53,6 +54,11 @@ struct Shard {
 };
 Shard shard_of(size_t count, int nranks, int rank);
 
+// How point-to-point bytes move, for algorithms that size a pipeline by it (the ring's
+// sub-chunks, comm/ring_allreduce.h): copied by the receiving rank's own CPU (shared
+// memory), or carried by a link while the CPUs compute (a network, or link emulation).
+enum class TransferPath { cpu_copy, link };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -72,29 +78,29 @@ class Communicator {
     irecv(buf, count, dt, peer, tag).wait();
   }
 
-  // Collectives of the transport itself ("native"). Reductions sum; fp16/bf16 are summed
-  // in fp32 at each step and rounded back to nearest even.
-  //   allreduce:      buf[0, count) = sum over ranks
+  // Collectives of the transport itself ("native"). Reductions apply `op` element-wise;
+  // fp16/bf16 sums are done in fp32 at each step and rounded back to nearest even.
+  //   allreduce:      buf[0, count) = op over ranks
   //   reduce_scatter: buf holds count elements; on return shard_of(count, size, rank) of
-  //                   buf holds the sum of that shard; the rest of buf is unspecified
+  //                   buf holds op over ranks of that shard; the rest of buf is unspecified
   //   allgather:      shard_of(count, size, rank) of buf is this rank's input; on return
   //                   all of buf holds every rank's shard
   //   alltoall:       count % size == 0; block j (count/size elements) goes to rank j and
   //                   is replaced by what rank j sent to this rank
   //   broadcast:      root's buf to every rank
-  virtual CommHandle allreduce_async(void* buf, size_t count, DType dt) = 0;
-  virtual CommHandle reduce_scatter_async(void* buf, size_t count, DType dt) = 0;
+  virtual CommHandle allreduce_async(void* buf, size_t count, DType dt, ReduceOp op) = 0;
+  virtual CommHandle reduce_scatter_async(void* buf, size_t count, DType dt, ReduceOp op) = 0;
   virtual CommHandle allgather_async(void* buf, size_t count, DType dt) = 0;
   virtual CommHandle alltoall_async(void* buf, size_t count, DType dt) = 0;
   virtual CommHandle broadcast_async(void* buf, size_t count, DType dt, int root) = 0;
   virtual CommHandle barrier_async() = 0;
 
   // Blocking forms; a transport may override them with faster blocking calls.
-  virtual void allreduce(void* buf, size_t count, DType dt) {
-    allreduce_async(buf, count, dt).wait();
+  virtual void allreduce(void* buf, size_t count, DType dt, ReduceOp op) {
+    allreduce_async(buf, count, dt, op).wait();
   }
-  virtual void reduce_scatter(void* buf, size_t count, DType dt) {
-    reduce_scatter_async(buf, count, dt).wait();
+  virtual void reduce_scatter(void* buf, size_t count, DType dt, ReduceOp op) {
+    reduce_scatter_async(buf, count, dt, op).wait();
   }
   virtual void allgather(void* buf, size_t count, DType dt) {
     allgather_async(buf, count, dt).wait();
@@ -111,9 +117,12 @@ class Communicator {
   // bytes_per_rank bytes sit at buf + r * bytes_per_rank, in and out. Blocking.
   virtual void allgather_bytes(void* buf, size_t bytes_per_rank) = 0;
 
-  // Sub-chunk size that suits this transport's ring pipeline for a segment of
-  // segment_bytes (used when RingOptions::chunk_bytes is 0).
-  virtual size_t ring_chunk_bytes(size_t segment_bytes) const { return size_t{512} << 10; }
+  // What this transport's point-to-point transfers are (see TransferPath).
+  virtual TransferPath transfer_path() const = 0;
+
+  // Throws CommError when this transport cannot be driven from a CommEngine's thread while
+  // the thread that made it may still make an occasional call of its own (comm/engine.h).
+  virtual void check_thread_support() const {}
 
   // Diagnostics for a watchdog on another thread: the peer whose message the last
   // unfinished wait was for, or -1 (none, or inside a transport collective).

@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "comm/backoff.h"
-#include "comm/mpi_communicator.h"
 #include "comm/reduce.h"
 
 namespace ringstep {
@@ -46,10 +45,7 @@ struct CommEngine::Task final : CommRequest {
 };
 
 CommEngine::CommEngine(Communicator& comm, EngineOptions opts) : comm_(comm), opts_(opts) {
-  if (dynamic_cast<MpiCommunicator*>(&comm) && mpi_thread_level() < MPI_THREAD_SERIALIZED)
-    throw CommError(
-        "CommEngine needs MPI initialised with at least MPI_THREAD_SERIALIZED (MpiSession "
-        "asks for MPI_THREAD_MULTIPLE); this MPI provides less");
+  comm.check_thread_support();
   thread_ = std::thread([this] { run(); });
   if (opts_.timeout_s > 0) watchdog_thread_ = std::thread([this] { watchdog(); });
 }
@@ -82,11 +78,12 @@ CommHandle CommEngine::enqueue(const CollectiveDesc& desc, std::function<void(Co
 CommHandle CommEngine::enqueue_allreduce(void* buf, size_t count, DType dt, AllreduceAlgo algo,
                                          bool average, uint64_t tag) {
   RingOptions ring = opts_.ring;
+  ring.op = ReduceOp::sum;
   ring.average = average;
   return enqueue({"allreduce", tag, count, dt}, [=](Communicator& comm) {
     if (algo == AllreduceAlgo::ring) return ring_allreduce(comm, buf, count, dt, ring);
     // The async form, so the wait is ours (Backoff) rather than MPI's spinning one.
-    comm.allreduce_async(buf, count, dt).wait();
+    comm.allreduce_async(buf, count, dt, ring.op).wait();
     if (average) divide_by(buf, count, dt, static_cast<float>(comm.size()));
   });
 }

@@ -1,8 +1,8 @@
 // CommEngine: one per rank. Its thread runs queued collectives one at a time, in enqueue
 // order (identical on every rank as long as every rank enqueues the same sequence), and is
 // the only thread that uses the Communicator while it has work; the training thread
-// enqueues and later waits. MPI must provide at least MPI_THREAD_SERIALIZED (MpiSession
-// asks for MULTIPLE); the constructor checks when the Communicator is MPI's.
+// enqueues and later waits. The constructor asks the transport whether it allows that
+// (Communicator::check_thread_support; MPI needs at least MPI_THREAD_SERIALIZED).
 //
 // Waiting never hard-spins the core: the engine thread sleeps on a condition variable when
 // idle and polls in-flight messages under comm/backoff.h's policy; a caller of wait() sleeps
@@ -54,7 +54,7 @@ struct CollectiveDesc {
 struct EngineOptions {
   double timeout_s = 300;                  // watchdog; 0 = off
   bool check_every_call = false;           // metadata check on every collective, not only first use
-  RingOptions ring;                        // for ring allreduces (average is set per call)
+  RingOptions ring;                        // for ring allreduces (op, average set per call)
   WaitPolicy wait = WaitPolicy::polite();  // how the engine thread waits on messages
 };
 
@@ -69,7 +69,7 @@ class CommEngine {
   // returned; wait() rethrows what fn threw. Once a collective has failed, every later one
   // fails with the same error without running (the ranks may be out of step).
   CommHandle enqueue(const CollectiveDesc& desc, std::function<void(Communicator&)> fn);
-  // In-place AllReduce of buf by `algo`, divided by the world size when average.
+  // In-place sum AllReduce of buf by `algo`, divided by the world size when average.
   CommHandle enqueue_allreduce(void* buf, size_t count, DType dt, AllreduceAlgo algo, bool average,
                                uint64_t tag);
 

@@ -61,12 +61,17 @@ int to_int_count(size_t count, const char* what) {
   return static_cast<int>(count);
 }
 
-void sum_f16_fn(void* in, void* inout, int* len, MPI_Datatype*) {
-  reduce_sum(inout, in, static_cast<size_t>(*len), DType::f16);
+// MPI's user-defined op for a 16-bit dtype: the ring's kernel, so both round alike.
+template <ReduceOp kOp, DType kDType>
+void half_op_fn(void* in, void* inout, int* len, MPI_Datatype*) {
+  reduce(kOp, inout, in, static_cast<size_t>(*len), kDType);
 }
-void sum_bf16_fn(void* in, void* inout, int* len, MPI_Datatype*) {
-  reduce_sum(inout, in, static_cast<size_t>(*len), DType::bf16);
-}
+
+// By [ReduceOp][dtype is bf16], as MpiCommunicator::half_ops_.
+MPI_User_function* const kHalfOpFns[3][2] = {
+    {&half_op_fn<ReduceOp::sum, DType::f16>, &half_op_fn<ReduceOp::sum, DType::bf16>},
+    {&half_op_fn<ReduceOp::max, DType::f16>, &half_op_fn<ReduceOp::max, DType::bf16>},
+    {&half_op_fn<ReduceOp::min, DType::f16>, &half_op_fn<ReduceOp::min, DType::bf16>}};
 
 }  // namespace
 
@@ -132,8 +137,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm parent, const LinkConfig& link) : link
   MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
   MPI_CHECK(MPI_Comm_size(node, &local_size_));
   MPI_CHECK(MPI_Comm_free(&node));
-  MPI_CHECK(MPI_Op_create(&sum_f16_fn, /*commute=*/1, &sum_f16_));
-  MPI_CHECK(MPI_Op_create(&sum_bf16_fn, /*commute=*/1, &sum_bf16_));
+  for (int op = 0; op < 3; ++op)
+    for (int bf16 = 0; bf16 < 2; ++bf16)
+      MPI_CHECK(MPI_Op_create(kHalfOpFns[op][bf16], /*commute=*/1, &half_ops_[op][bf16]));
   if (link_enabled(link_)) {
     pacers_.assign(static_cast<size_t>(size_), LinkPacer(link_));
     held_.resize(static_cast<size_t>(size_));
@@ -144,8 +150,9 @@ MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  if (sum_f16_ != MPI_OP_NULL) MPI_Op_free(&sum_f16_);
-  if (sum_bf16_ != MPI_OP_NULL) MPI_Op_free(&sum_bf16_);
+  for (auto& ops : half_ops_)
+    for (MPI_Op& op : ops)
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
@@ -153,14 +160,15 @@ MPI_Datatype MpiCommunicator::mpi_type(DType dt) const {
   return dt == DType::f32 ? MPI_FLOAT : MPI_UINT16_T;
 }
 
-MPI_Op MpiCommunicator::sum_op(DType dt) const {
-  switch (dt) {
-    case DType::f32:
+MPI_Op MpiCommunicator::mpi_op(DType dt, ReduceOp op) const {
+  if (dt != DType::f32) return half_ops_[int(op)][dt == DType::bf16 ? 1 : 0];
+  switch (op) {
+    case ReduceOp::sum:
       return MPI_SUM;
-    case DType::f16:
-      return sum_f16_;
-    case DType::bf16:
-      return sum_bf16_;
+    case ReduceOp::max:
+      return MPI_MAX;
+    case ReduceOp::min:
+      return MPI_MIN;
   }
   return MPI_SUM;
 }
@@ -213,27 +221,27 @@ void MpiCommunicator::sleep_until(int64_t t_ns) const {
   while (steady_now_ns() < t_ns) backoff.pause();
 }
 
-CommHandle MpiCommunicator::allreduce_async(void* buf, size_t count, DType dt) {
+CommHandle MpiCommunicator::allreduce_async(void* buf, size_t count, DType dt, ReduceOp op) {
   auto r = std::make_shared<MpiRequest>(this, -1);
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, to_int_count(count, "allreduce"), mpi_type(dt),
-                           sum_op(dt), comm_, &r->req));
+                           mpi_op(dt, op), comm_, &r->req));
   r->not_before_ns = pace_collective(2 * (size_ - 1), count * dtype_size(dt) / size_);
   return CommHandle(r);
 }
 
-void MpiCommunicator::allreduce(void* buf, size_t count, DType dt) {
+void MpiCommunicator::allreduce(void* buf, size_t count, DType dt, ReduceOp op) {
   const int64_t not_before = pace_collective(2 * (size_ - 1), count * dtype_size(dt) / size_);
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, to_int_count(count, "allreduce"), mpi_type(dt),
-                          sum_op(dt), comm_));
+                          mpi_op(dt, op), comm_));
   sleep_until(not_before);
 }
 
-CommHandle MpiCommunicator::reduce_scatter_async(void* buf, size_t count, DType dt) {
+CommHandle MpiCommunicator::reduce_scatter_async(void* buf, size_t count, DType dt, ReduceOp op) {
   to_int_count(count, "reduce_scatter");
   auto r = std::make_shared<MpiRequest>(this, -1);
   for (int k = 0; k < size_; ++k)
     r->counts.push_back(static_cast<int>(shard_of(count, size_, k).count));
-  MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, r->counts.data(), mpi_type(dt), sum_op(dt),
+  MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, r->counts.data(), mpi_type(dt), mpi_op(dt, op),
                                 comm_, &r->req));
   // MPI leaves an in-place result at the start of buf; our contract puts it at the shard.
   const Shard mine = shard_of(count, size_, rank_);
@@ -306,10 +314,15 @@ void MpiCommunicator::allgather_bytes(void* buf, size_t bytes_per_rank) {
                           to_int_count(bytes_per_rank, "allgather_bytes"), MPI_BYTE, comm_));
 }
 
-size_t MpiCommunicator::ring_chunk_bytes(size_t segment_bytes) const {
-  if (link_enabled(link_)) return size_t{128} << 10;
-  constexpr size_t kChunk = size_t{512} << 10;
-  return segment_bytes < 4 * kChunk ? std::max<size_t>(segment_bytes, 1) : kChunk;
+TransferPath MpiCommunicator::transfer_path() const {
+  return link_enabled(link_) ? TransferPath::link : TransferPath::cpu_copy;
+}
+
+void MpiCommunicator::check_thread_support() const {
+  if (mpi_thread_level() < MPI_THREAD_SERIALIZED)
+    throw CommError(
+        "CommEngine needs MPI initialised with at least MPI_THREAD_SERIALIZED (MpiSession "
+        "asks for MPI_THREAD_MULTIPLE); this MPI provides less");
 }
 
 void MpiCommunicator::abort_job(int code) {

@@ -54,24 +54,23 @@ class MpiCommunicator final : public Communicator {
   CommHandle isend(const void* buf, size_t count, DType dt, int peer, int tag) override;
   CommHandle irecv(void* buf, size_t count, DType dt, int peer, int tag) override;
 
-  CommHandle allreduce_async(void* buf, size_t count, DType dt) override;
-  CommHandle reduce_scatter_async(void* buf, size_t count, DType dt) override;
+  CommHandle allreduce_async(void* buf, size_t count, DType dt, ReduceOp op) override;
+  CommHandle reduce_scatter_async(void* buf, size_t count, DType dt, ReduceOp op) override;
   CommHandle allgather_async(void* buf, size_t count, DType dt) override;
   CommHandle alltoall_async(void* buf, size_t count, DType dt) override;
   CommHandle broadcast_async(void* buf, size_t count, DType dt, int root) override;
   CommHandle barrier_async() override;
 
-  void allreduce(void* buf, size_t count, DType dt) override;
+  void allreduce(void* buf, size_t count, DType dt, ReduceOp op) override;
   void broadcast(void* buf, size_t count, DType dt, int root) override;
   void barrier() override;
   void allgather_bytes(void* buf, size_t bytes_per_rank) override;
 
-  // Shared memory: a transfer is a CPU copy by the receiver, so sub-chunks buy only cache
-  // locality (the reduce reads staged data still in L2) and each costs a rendezvous:
-  // 512 KiB, or the whole segment when that would be fewer than 4 sub-chunks. Link
-  // emulation: 128 KiB, so pipelining hides all but one sub-chunk's transfer.
-  // Measurements: docs/comm.md.
-  size_t ring_chunk_bytes(size_t segment_bytes) const override;
+  // link under link emulation; otherwise cpu_copy (Open MPI's shared-memory transport,
+  // where the receiver's CPU copies; a job over several nodes is treated alike).
+  TransferPath transfer_path() const override;
+  // Needs MPI_THREAD_SERIALIZED or more (see the thread level above).
+  void check_thread_support() const override;
   int blocked_on_peer() const override { return blocked_on_peer_.load(std::memory_order_relaxed); }
   [[noreturn]] void abort_job(int code) override;
 
@@ -85,7 +84,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   MPI_Datatype mpi_type(DType dt) const;
-  MPI_Op sum_op(DType dt) const;
+  MPI_Op mpi_op(DType dt, ReduceOp op) const;
   // Under link emulation: when a transport collective moving `messages` messages of
   // `bytes` each to the next rank may complete (ring-optimal volume); else 0.
   int64_t pace_collective(int messages, size_t bytes);
@@ -93,7 +92,9 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
-  MPI_Op sum_f16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
+  // User-defined ops for fp16/bf16 (comm/reduce.h's kernels), by [ReduceOp][dtype is bf16].
+  MPI_Op half_ops_[3][2] = {
+      {MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL}};
   LinkConfig link_;
   std::vector<LinkPacer> pacers_;                               // per destination rank
   std::vector<std::deque<std::shared_ptr<PendingSend>>> held_;  // per destination, by release

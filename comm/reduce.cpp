@@ -1,7 +1,10 @@
 #include "comm/reduce.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 namespace ringstep {
 namespace {
@@ -18,6 +21,21 @@ void div_f32(float* a, size_t n, float divisor) {
   for (size_t i = 0; i < n; ++i) a[i] /= divisor;
 }
 
+// Ties (equal values, or +0 and -0) and NaNs resolve the same way whichever operand comes
+// first; see ReduceOp.
+float larger(float a, float b) {
+  if (a > b) return a;
+  if (b > a) return b;
+  if (a == b) return std::signbit(a) ? b : a;
+  return a + b;
+}
+float smaller(float a, float b) {
+  if (a < b) return a;
+  if (b < a) return b;
+  if (a == b) return std::signbit(a) ? a : b;
+  return a + b;
+}
+
 // 16-bit buffers go through fp32 staging in blocks small enough to stay in L1; each call
 // rounds once (round to nearest even, core/dtype.h).
 struct F16 {
@@ -30,55 +48,69 @@ struct BF16 {
 };
 constexpr size_t kBlock = 512;
 
-template <class T>
-void add_16(uint16_t* a, const uint16_t* b, size_t n, float divisor) {
+// a = f(a, b) block by block in fp32; B may be null (then f sees no second operand).
+template <class T, class F>
+void combine_16(uint16_t* a, const uint16_t* b, size_t n, F f) {
   alignas(64) float fa[kBlock];
   alignas(64) float fb[kBlock];
   for (size_t i = 0; i < n; i += kBlock) {
     const size_t m = std::min(kBlock, n - i);
     T::to_f32(a + i, fa, m);
-    T::to_f32(b + i, fb, m);
-    add_f32(fa, fb, m, divisor);
+    if (b) T::to_f32(b + i, fb, m);
+    f(fa, fb, m);
     T::from_f32(fa, a + i, m);
   }
 }
 
-template <class T>
-void div_16(uint16_t* a, size_t n, float divisor) {
-  alignas(64) float fa[kBlock];
-  for (size_t i = 0; i < n; i += kBlock) {
-    const size_t m = std::min(kBlock, n - i);
-    T::to_f32(a + i, fa, m);
-    div_f32(fa, m, divisor);
-    T::from_f32(fa, a + i, m);
+// Runs the fp32 kernel f(float* a, const float* b, size_t n) on buffers of dtype DT.
+template <class F>
+void on_fp32(DType dt, void* a, const void* b, size_t n, F f) {
+  auto* a16 = static_cast<uint16_t*>(a);
+  auto* b16 = static_cast<const uint16_t*>(b);
+  switch (dt) {
+    case DType::f32:
+      return f(static_cast<float*>(a), static_cast<const float*>(b), n);
+    case DType::f16:
+      return combine_16<F16>(a16, b16, n, f);
+    case DType::bf16:
+      return combine_16<BF16>(a16, b16, n, f);
   }
 }
 
 }  // namespace
 
-void reduce_sum(void* inout, const void* in, size_t count, DType dt, float divisor) {
-  auto* a16 = static_cast<uint16_t*>(inout);
-  auto* b16 = static_cast<const uint16_t*>(in);
-  switch (dt) {
-    case DType::f32:
-      return add_f32(static_cast<float*>(inout), static_cast<const float*>(in), count, divisor);
-    case DType::f16:
-      return add_16<F16>(a16, b16, count, divisor);
-    case DType::bf16:
-      return add_16<BF16>(a16, b16, count, divisor);
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::min:
+      return "min";
   }
+  return "?";
+}
+
+void reduce_sum(void* inout, const void* in, size_t count, DType dt, float divisor) {
+  on_fp32(dt, inout, in, count,
+          [divisor](float* a, const float* b, size_t n) { add_f32(a, b, n, divisor); });
+}
+
+void reduce(ReduceOp op, void* inout, const void* in, size_t count, DType dt, float divisor) {
+  if (op == ReduceOp::sum) return reduce_sum(inout, in, count, dt, divisor);
+  if (divisor != 1.0f)
+    throw std::invalid_argument(std::string("reduce: a divisor only averages a sum, not a ") +
+                                reduce_op_name(op));
+  const auto pick = op == ReduceOp::max ? &larger : &smaller;
+  on_fp32(dt, inout, in, count, [pick](float* a, const float* b, size_t n) {
+    for (size_t i = 0; i < n; ++i) a[i] = pick(a[i], b[i]);
+  });
 }
 
 void divide_by(void* buf, size_t count, DType dt, float divisor) {
   if (divisor == 1.0f) return;
-  switch (dt) {
-    case DType::f32:
-      return div_f32(static_cast<float*>(buf), count, divisor);
-    case DType::f16:
-      return div_16<F16>(static_cast<uint16_t*>(buf), count, divisor);
-    case DType::bf16:
-      return div_16<BF16>(static_cast<uint16_t*>(buf), count, divisor);
-  }
+  on_fp32(dt, buf, nullptr, count,
+          [divisor](float* a, const float*, size_t n) { div_f32(a, n, divisor); });
 }
 
 }  // namespace ringstep

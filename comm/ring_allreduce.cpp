@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "comm/backoff.h"
@@ -39,8 +41,9 @@ void ring_steps(Communicator& comm, std::byte* buf, size_t count, DType dt, int 
   if (n == 1 || count == 0 || first_step >= end_step) return;
   const size_t esize = dtype_size(dt);
   const size_t segment_bytes = shard_of(count, n, 0).count * esize;  // the largest
-  const size_t chunk_bytes =
-      opt.chunk_bytes ? opt.chunk_bytes : comm.ring_chunk_bytes(segment_bytes);
+  const size_t chunk_bytes = opt.chunk_bytes
+                                 ? opt.chunk_bytes
+                                 : ring_default_chunk_bytes(segment_bytes, comm.transfer_path());
   const size_t chunks = ring_chunks_per_segment(count, n, dt, chunk_bytes);
   const size_t window = static_cast<size_t>(std::max(1, opt.window));
   const size_t slot_elems = (shard_of(count, n, 0).count + chunks - 1) / chunks;
@@ -87,7 +90,7 @@ void ring_steps(Communicator& comm, std::byte* buf, size_t count, DType dt, int 
       if (s < n - 1) {
         const Shard p = piece(mod(r - s - 2, n), t);
         const float divisor = (opt.average && s == n - 2) ? static_cast<float>(n) : 1.0f;
-        reduce_sum(buf + p.offset * esize, slot(t), p.count, dt, divisor);
+        reduce(opt.op, buf + p.offset * esize, slot(t), p.count, dt, divisor);
       }
       recvs[t % window] = CommHandle();
       ++recv_done;
@@ -108,8 +111,8 @@ void ring_steps(Communicator& comm, std::byte* buf, size_t count, DType dt, int 
 
 // Recursive doubling: log2(N) full-buffer exchanges. With N not a power of two, the first
 // 2*rem ranks fold pairwise (even sends to odd) into a power-of-two group and get the
-// result back at the end. Partners compute a+b and b+a, equal in IEEE arithmetic, so
-// every rank ends with the same bits.
+// result back at the end. Partners compute op(a, b) and op(b, a), equal to the bit (IEEE
+// addition; max and min by ReduceOp's tie rules), so every rank ends with the same bits.
 void recursive_doubling(Communicator& comm, std::byte* buf, size_t count, DType dt,
                         const RingOptions& opt) {
   const int n = comm.size(), r = comm.rank();
@@ -126,7 +129,7 @@ void recursive_doubling(Communicator& comm, std::byte* buf, size_t count, DType 
       vrank = -1;
     } else {
       comm.recv(tmp, count, dt, r - 1, opt.tag);
-      reduce_sum(buf, tmp, count, dt);
+      reduce(opt.op, buf, tmp, count, dt);
       vrank = r / 2;
     }
   }
@@ -138,7 +141,7 @@ void recursive_doubling(Communicator& comm, std::byte* buf, size_t count, DType 
       CommHandle send = comm.isend(buf, count, dt, peer, opt.tag);
       recv.wait();
       send.wait();
-      reduce_sum(buf, tmp, count, dt, (mask << 1) >= group ? final_divisor : 1.0f);
+      reduce(opt.op, buf, tmp, count, dt, (mask << 1) >= group ? final_divisor : 1.0f);
     }
   }
   if (r < 2 * rem) {
@@ -148,6 +151,12 @@ void recursive_doubling(Communicator& comm, std::byte* buf, size_t count, DType 
       comm.recv(buf, count, dt, r + 1, opt.tag);
     }
   }
+}
+
+void check_options(const RingOptions& opt) {
+  if (opt.average && opt.op != ReduceOp::sum)
+    throw std::invalid_argument(std::string("allreduce: average divides a sum, not a ") +
+                                reduce_op_name(opt.op));
 }
 
 }  // namespace
@@ -162,6 +171,12 @@ AllreduceAlgo parse_allreduce_algo(const std::string& name) {
   throw InputError("unknown allreduce algorithm '" + name + "'; expected ring or native");
 }
 
+size_t ring_default_chunk_bytes(size_t segment_bytes, TransferPath path) {
+  if (path == TransferPath::link) return size_t{128} << 10;
+  constexpr size_t kChunk = size_t{512} << 10;
+  return segment_bytes < 4 * kChunk ? std::max<size_t>(segment_bytes, 1) : kChunk;
+}
+
 size_t ring_chunks_per_segment(size_t count, int nranks, DType dt, size_t chunk_bytes) {
   const size_t seg_bytes = shard_of(count, nranks, 0).count * dtype_size(dt);
   const size_t chunk = std::max<size_t>(chunk_bytes, 1);
@@ -169,6 +184,7 @@ size_t ring_chunks_per_segment(size_t count, int nranks, DType dt, size_t chunk_
 }
 
 void ring_allreduce(Communicator& comm, void* buf, size_t count, DType dt, const RingOptions& opt) {
+  check_options(opt);
   if (comm.size() == 1 || count == 0) return;
   auto* bytes = static_cast<std::byte*>(buf);
   if (count * dtype_size(dt) <= opt.small_bytes)
@@ -178,6 +194,7 @@ void ring_allreduce(Communicator& comm, void* buf, size_t count, DType dt, const
 
 void ring_reduce_scatter(Communicator& comm, void* buf, size_t count, DType dt,
                          const RingOptions& opt) {
+  check_options(opt);
   ring_steps(comm, static_cast<std::byte*>(buf), count, dt, 0, comm.size() - 1, opt);
 }
 
@@ -189,7 +206,8 @@ void ring_allgather(Communicator& comm, void* buf, size_t count, DType dt, const
 void allreduce(Communicator& comm, AllreduceAlgo algo, void* buf, size_t count, DType dt,
                const RingOptions& opt) {
   if (algo == AllreduceAlgo::ring) return ring_allreduce(comm, buf, count, dt, opt);
-  comm.allreduce(buf, count, dt);
+  check_options(opt);
+  comm.allreduce(buf, count, dt, opt.op);
   if (opt.average) divide_by(buf, count, dt, static_cast<float>(comm.size()));
 }
 

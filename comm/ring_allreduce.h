@@ -9,10 +9,12 @@
 // starts from. Each segment is cut into the same number of sub-chunks (~chunk_bytes) and the
 // steps run as one pipeline: sub-chunk j of step s+1 leaves as soon as sub-chunk j of step s
 // is reduced, while `window` sub-chunks are in flight each way (2 = double buffering), so the
-// reduction of one sub-chunk overlaps the transfer of the next.
+// reduction of one sub-chunk overlaps the transfer of the next. The sub-chunk size is the
+// ring's own rule (ring_default_chunk_bytes) unless RingOptions::chunk_bytes sets it.
 //
-// fp16/bf16 are reduced in fp32 at every hop and rounded back to nearest even. Every rank
-// ends with bitwise identical values. Messages of at most small_bytes take a latency-optimal
+// The reduction is RingOptions::op (comm/reduce.h): sums of fp16/bf16 are done in fp32 at
+// every hop and rounded back to nearest even; max and min are exact. Every rank ends with
+// bitwise identical values. Messages of at most small_bytes take a latency-optimal
 // path instead: recursive doubling (one exchange for 2 ranks; Thakur et al. 2005, with the
 // non-power-of-two fold), also our own point-to-point code.
 #pragma once
@@ -29,26 +31,39 @@ const char* allreduce_algo_name(AllreduceAlgo algo);          // "ring" | "nativ
 AllreduceAlgo parse_allreduce_algo(const std::string& name);  // throws InputError
 
 struct RingOptions {
-  bool average = false;           // divide the sum by the world size (in the last hop)
-  size_t chunk_bytes = 0;         // pipelining sub-chunk; 0 = comm.ring_chunk_bytes()
+  ReduceOp op = ReduceOp::sum;    // element-wise reduction (comm/reduce.h)
+  bool average = false;           // divide the sum by the world size (in the last hop); sum only
+  size_t chunk_bytes = 0;         // pipelining sub-chunk; 0 = ring_default_chunk_bytes()
   int window = 2;                 // sub-chunks in flight per direction
   size_t small_bytes = 16 << 10;  // at or below: recursive doubling (ring_allreduce only)
   int tag = 0x5249;               // point-to-point tag of ring messages
 };
 
+// Throws std::invalid_argument, before any message moves, for average with an op other
+// than sum.
 void ring_allreduce(Communicator& comm, void* buf, size_t count, DType dt,
                     const RingOptions& opt = {});
 // The halves on their own (same layout and contracts as Communicator::reduce_scatter and
-// Communicator::allgather; `average` applies to the reduce-scatter).
+// Communicator::allgather; `op` and `average` apply to the reduce-scatter).
 void ring_reduce_scatter(Communicator& comm, void* buf, size_t count, DType dt,
                          const RingOptions& opt = {});
 void ring_allgather(Communicator& comm, void* buf, size_t count, DType dt,
                     const RingOptions& opt = {});
 
 // AllReduce by the chosen algorithm: ring_allreduce, or the transport's own
-// (Communicator::allreduce, then a division when averaging).
+// (Communicator::allreduce with opt.op, then a division when averaging).
 void allreduce(Communicator& comm, AllreduceAlgo algo, void* buf, size_t count, DType dt,
                const RingOptions& opt = {});
+
+// The ring's sub-chunk size for a largest segment of segment_bytes over PATH (used when
+// RingOptions::chunk_bytes is 0; docs/comm.md has the measurements behind it):
+//   cpu_copy: the receiver's CPU makes the copy, so it cannot reduce one sub-chunk while the
+//             next arrives; sub-chunks buy only cache locality (the reduction reads staged
+//             data still in L2) and each costs a rendezvous: 512 KiB, or the whole segment
+//             when that would be fewer than 4 sub-chunks.
+//   link:     the link is the bottleneck and the copy is cheap: 128 KiB keeps the pipeline
+//             full, so pipelining hides all but one sub-chunk's transfer.
+size_t ring_default_chunk_bytes(size_t segment_bytes, TransferPath path);
 
 // Sub-chunks per segment: ceil(largest segment bytes / chunk_bytes), at least 1
 // (chunk_bytes must be resolved, i.e. > 0).

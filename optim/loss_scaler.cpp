@@ -6,8 +6,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "comm/communicator.h"
-
 namespace ringstep {
 namespace {
 
@@ -50,14 +48,6 @@ bool LossScaler::unscale_and_check(float* grads, size_t n) const {
     }
   }
   return std::isnan(bad);
-}
-
-bool LossScaler::agree_found(bool local_found, Communicator* comm) {
-  if (comm == nullptr || comm->size() == 1) return local_found;
-  // The transports only sum: a count of ranks that found one, > 0 iff the MAX is 1.
-  float flag = local_found ? 1.0f : 0.0f;
-  comm->allreduce(&flag, 1, DType::f32);
-  return flag > 0.0f;
 }
 
 bool LossScaler::update(bool found_inf) {

@@ -7,8 +7,9 @@
 // NaN on any rank is skipped on every rank and counts toward max_consecutive_skips: no
 // non-finite value is ever written into the weights or the moments.
 //
-// Per optimizer step, after the gradient AllReduce:
-//   bool found = LossScaler::agree_found(scaler.unscale_and_check(g, n), comm);
+// Per optimizer step, after the gradient AllReduce (the flag agreed by optim/reducer.h's
+// Reducer::any_rank, so that every rank makes the same decision):
+//   bool found = reducer.any_rank(scaler.unscale_and_check(g, n));
 //   if (scaler.update(found)) { clip; optimizer step; lr schedule advances }
 //   if (scaler.should_stop()) throw ... scaler.stop_message();
 // Not thread-safe; one instance per rank, all ranks fed the same agreed flags.
@@ -21,8 +22,6 @@
 #include "core/config.h"
 
 namespace ringstep {
-
-class Communicator;
 
 // What a checkpoint saves to resume the schedule exactly.
 struct LossScalerState {
@@ -52,11 +51,6 @@ class LossScaler {
   // is a power of two) and returns true if any element is then inf or NaN. Checks at
   // scale 1 too.
   bool unscale_and_check(float* grads, size_t n) const;
-
-  // True if any rank's LOCAL_FOUND is true (a MAX over ranks, done as a sum of 0/1 flags).
-  // A collective: every rank calls it once per step. COMM may be null (one rank). Call it
-  // on the thread that owns COMM (in training, through the CommEngine).
-  static bool agree_found(bool local_found, Communicator* comm);
 
   // Advances the state machine with the agreed flag. Returns true if the step is to be
   // applied; false means skip it: parameters, moments, Adam's step count and the LR

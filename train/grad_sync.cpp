@@ -8,9 +8,8 @@
 #include "comm/communicator.h"
 #include "comm/engine.h"
 #include "core/checksum.h"
+#include "core/stats.h"
 #include "models/gpt.h"
-#include "optim/loss_scaler.h"
-#include "train/report.h"  // percentile
 
 namespace ringstep {
 
@@ -111,15 +110,25 @@ GradSync::Result GradSync::finish() {
   return r;
 }
 
+void GradSync::wait_bookkeeping(const CommHandle& handle) {
+  handle.wait();
+  engine_->drain_spans();  // bookkeeping traffic, not gradient communication
+}
+
 bool GradSync::any_rank(bool flag) {
   if (world_ == 1) return flag;
-  bool any = flag;
-  engine_
-      ->enqueue({"allreduce", (1u << 20) + 2, 1, DType::f32},
-                [&](Communicator& c) { any = LossScaler::agree_found(flag, &c); })
-      .wait();
-  engine_->drain_spans();  // bookkeeping traffic, not gradient communication
-  return any;
+  float any = flag ? 1.0f : 0.0f;
+  wait_bookkeeping(
+      engine_->enqueue({"allreduce", kAnyRankTag, 1, DType::f32},
+                       [&](Communicator& c) { c.allreduce(&any, 1, DType::f32, ReduceOp::max); }));
+  return any > 0.0f;
+}
+
+void GradSync::average(float* buf, size_t n) {
+  if (world_ == 1) return;
+  wait_bookkeeping(engine_->enqueue_allreduce(buf, n, DType::f32,
+                                              parse_allreduce_algo(cfg_.allreduce),
+                                              /*average=*/true, kAverageTag));
 }
 
 namespace {
@@ -141,11 +150,9 @@ GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {
   std::vector<RankStep> all(world_);
   all[rank_] = {local, double(loss)};
   if (world_ > 1) {
-    engine_
-        ->enqueue({"allgather_bytes", 1u << 20, world_ * sizeof(RankStep), DType::f32},
-                  [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(RankStep)); })
-        .wait();
-    engine_->drain_spans();  // bookkeeping traffic, not gradient communication
+    wait_bookkeeping(engine_->enqueue(
+        {"allgather_bytes", kStepViewTag, world_ * sizeof(RankStep), DType::f32},
+        [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(RankStep)); }));
   }
   StepView v;
   RanksBlock& k = v.ranks;
@@ -195,11 +202,9 @@ void GradSync::check_replicas(const float* params, size_t n, int step) {
   const uint64_t h = fnv1a64(params, n * sizeof(float));
   std::vector<uint64_t> all(world_);
   all[rank_] = h;
-  engine_
-      ->enqueue({"allgather_bytes", (1u << 20) + 1, world_ * sizeof(uint64_t), DType::f32},
-                [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(uint64_t)); })
-      .wait();
-  engine_->drain_spans();
+  wait_bookkeeping(
+      engine_->enqueue({"allgather_bytes", kReplicasTag, world_ * sizeof(uint64_t), DType::f32},
+                       [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(uint64_t)); }));
   std::string bad;
   for (int r = 1; r < world_; ++r)
     if (all[r] != all[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);

@@ -4,7 +4,8 @@
 // soon as backward has finished all its layers, so it runs while earlier layers are still
 // computing. finish() waits for all of them; gradients come back averaged over ranks.
 // Also the small per-step agreements the trainer needs: mean loss, every rank's phase
-// times for the `ranks` block, and the replica checksum. With one rank every call is
+// times for the `ranks` block, the loss scaler's skip flag and the replica checksum; and
+// the Reducer an optimizer is handed (optim/reducer.h). With one rank every call is
 // local and costs nothing. Used by the training thread only.
 #pragma once
 
@@ -17,6 +18,7 @@
 #include "core/config.h"
 #include "core/profiler.h"
 #include "train/step_record.h"
+#include "optim/reducer.h"
 
 namespace ringstep {
 
@@ -34,8 +36,19 @@ struct Bucket {
 std::vector<Bucket> make_buckets(const std::vector<std::pair<size_t, size_t>>& units,
                                  size_t bucket_bytes);
 
-class GradSync {
+class GradSync final : public Reducer {
  public:
+  // Engine tags (CollectiveDesc::tag) of GradSync's collectives; the engine checks on a
+  // tag's first use that every rank agrees on the collective. Bucket b's AllReduce is tag
+  // b, so bucket tags are 0 .. buckets().size() - 1 (the trace's "bucket b"); the
+  // bookkeeping collectives have the fixed tags below, far above any bucket count.
+  enum Tag : uint64_t {
+    kStepViewTag = uint64_t{1} << 20,  // agree()
+    kReplicasTag,                      // check_replicas()
+    kAnyRankTag,                       // any_rank()
+    kAverageTag,                       // average()
+  };
+
   struct Result {
     double comm_ms = 0;           // time collectives were in flight (union of their spans)
     double exposed_ms = 0;        // time the training thread waited on them
@@ -51,17 +64,21 @@ class GradSync {
   };
 
   GradSync(Communicator* comm, const CommConfig& cfg);
-  ~GradSync();
+  ~GradSync() override;
   int rank() const { return rank_; }
-  int world() const { return world_; }
+  int world() const override { return world_; }
   void setup(Gpt& model);
   // The per-layer hook to pass to Gpt::backward on the last micro-batch: null with one
   // rank or when comm.overlap is false.
   std::function<void(int)> layer_hook();
   Result finish();
   StepView agree(float loss, const PhaseTimes& local);
-  // True if FLAG is true on any rank (the loss scaler's inf/NaN agreement; a collective).
-  bool any_rank(bool flag);
+  // Reducer: blocking collectives on the engine, outside the bucket accounting (their time
+  // is the caller's phase, not finish()'s comm_ms). any_rank is a MAX over ranks of 0/1
+  // (the loss scaler's inf/NaN agreement); average runs the configured comm.allreduce
+  // algorithm.
+  bool any_rank(bool flag) override;
+  void average(float* buf, size_t n) override;
   // Compares a checksum of every rank's parameters; throws CommError naming the ranks
   // whose parameters differ from rank 0's (replicas diverged: a bug or a bad reduction).
   void check_replicas(const float* params, size_t n, int step);
@@ -71,6 +88,7 @@ class GradSync {
   void enqueue_bucket(size_t b);
   // Fills VIEW's busy-time fields and straggler from every rank's busy time (kStraggler*).
   void find_straggler(const std::vector<double>& busy, StepView& view);
+  void wait_bookkeeping(const CommHandle& handle);  // waits, and drops its span
 
   Communicator* comm_;
   CommConfig cfg_;

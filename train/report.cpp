@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/profiler.h"
 #include "train/step_record.h"
+#include "core/stats.h"
 
 namespace ringstep {
 namespace {
@@ -302,18 +303,6 @@ double activation_estimate_bytes(const Config& c) {
   if (policy == "full") recomputed = L;
   if (policy == "every_k") recomputed = std::ceil(L / std::max(1, c.recompute.k));
   return (L - recomputed) * block + recomputed * input + (recomputed > 0 ? block : 0);
-}
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * double(v.size() - 1);
-  const size_t lo = size_t(pos), hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
-}
-
-int warmup_steps_excluded(int steps) {
-  return std::max(0, std::min(std::max(1, std::min(5, steps / 10)), steps - 1));
 }
 
 std::vector<std::string> ReportData::fired() const {

@@ -26,11 +26,6 @@ struct MachineInfo {
 // physical RAM (sysconf). Takes about a second.
 MachineInfo measure_machine(int threads);
 
-// Leading steps left out of the percentiles and the breakdown (page faults, cold caches):
-// max(1, min(5, steps/10)), but never all of them.
-int warmup_steps_excluded(int steps);
-// The Q-quantile (0..1) by linear interpolation between order statistics (numpy's default).
-double percentile(std::vector<double> v, double q);
 // Korthikanti et al. (2022)'s activation bytes of the config's blocks (no dropout), for its
 // dtype and recompute policy (docs/metrics.md); what the arena's peak is compared with.
 double activation_estimate_bytes(const Config& c);

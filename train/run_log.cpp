@@ -6,6 +6,7 @@
 
 #include "core/cpu/blas_env.h"
 #include "core/cpu/gemm16.h"
+#include "core/stats.h"
 #include "models/gpt.h"
 #include "optim/loss_scaler.h"
 #include "train/report.h"

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "comm/reduce.h"
@@ -41,6 +44,18 @@ TEST(CommRingChunks, SplitTheLargestSegmentBySubChunkBytes) {
   EXPECT_EQ(ring_chunks_per_segment(4 << 20, 2, DType::bf16, 128 << 10), 32u);
   EXPECT_EQ(ring_chunks_per_segment((4 << 20) + 2, 2, DType::f32, 128 << 10), 65u);
   EXPECT_EQ(ring_chunks_per_segment(1000, 1, DType::f32, 4), 1000u);
+}
+
+// The ring's own sub-chunk rule (ring_allreduce.h), per transfer path.
+TEST(CommRingChunks, DefaultSubChunkFollowsTheTransferPath) {
+  constexpr size_t KiB = 1024;
+  EXPECT_EQ(ring_default_chunk_bytes(64 << 20, TransferPath::cpu_copy), 512 * KiB);
+  EXPECT_EQ(ring_default_chunk_bytes(2048 * KiB, TransferPath::cpu_copy), 512 * KiB);
+  // Fewer than 4 sub-chunks of 512 KiB: the whole segment is one.
+  EXPECT_EQ(ring_default_chunk_bytes(2048 * KiB - 1, TransferPath::cpu_copy), 2048 * KiB - 1);
+  EXPECT_EQ(ring_default_chunk_bytes(0, TransferPath::cpu_copy), 1u);
+  EXPECT_EQ(ring_default_chunk_bytes(64 << 20, TransferPath::link), 128 * KiB);
+  EXPECT_EQ(ring_default_chunk_bytes(1000, TransferPath::link), 128 * KiB);
 }
 
 TEST(CommRingAlgo, ParsesNames) {
@@ -94,6 +109,36 @@ TEST(CommReduce, LongBuffersMatchScalarPerElement) {
   }
   reduce_sum(a.data(), b.data(), n, DType::bf16);
   EXPECT_EQ(a, want);
+}
+
+// Partners of recursive doubling combine in opposite orders; max and min must not care.
+TEST(CommReduce, MaxAndMinAreExactAndCommutativeToTheBit) {
+  const std::vector<float> x = {1, -3, 0.0f, -0.0f, 0.0f, -0.0f, 2.5f, -INFINITY, NAN, 7};
+  const std::vector<float> y = {2, -4, -0.0f, 0.0f, 0.0f, -0.0f, 2.5f, 5, 1, NAN};
+  const std::vector<float> want_max = {2, -3, 0.0f, 0.0f, 0.0f, -0.0f, 2.5f, 5, NAN, NAN};
+  const std::vector<float> want_min = {1, -4, -0.0f, -0.0f, 0.0f, -0.0f, 2.5f, -INFINITY, NAN, NAN};
+  for (auto [op, want] : {std::pair{ReduceOp::max, want_max}, std::pair{ReduceOp::min, want_min}}) {
+    std::vector<float> xy = x, yx = y;
+    reduce(op, xy.data(), y.data(), x.size(), DType::f32);
+    reduce(op, yx.data(), x.data(), x.size(), DType::f32);
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(std::memcmp(&xy[i], &yx[i], sizeof(float)), 0) << reduce_op_name(op) << " " << i;
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(xy[i])) << reduce_op_name(op) << " " << i;
+      } else {
+        EXPECT_EQ(xy[i], want[i]) << reduce_op_name(op) << " " << i;
+        EXPECT_EQ(std::signbit(xy[i]), std::signbit(want[i])) << reduce_op_name(op) << " " << i;
+      }
+    }
+  }
+  // 16-bit values pass through fp32 unrounded: the larger bf16 comes back as it was.
+  std::vector<uint16_t> a = {fp32_to_bf16(1.1f), fp32_to_bf16(-300)};
+  const std::vector<uint16_t> b = {fp32_to_bf16(1.2f), fp32_to_bf16(-301)};
+  const std::vector<uint16_t> larger = {b[0], a[1]};
+  reduce(ReduceOp::max, a.data(), b.data(), a.size(), DType::bf16);
+  EXPECT_EQ(a, larger);
+  EXPECT_THROW(reduce(ReduceOp::max, a.data(), b.data(), 1, DType::bf16, 2.0f),
+               std::invalid_argument);
 }
 
 TEST(CommReduce, KeepsInfAndNan) {

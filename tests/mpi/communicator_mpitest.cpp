@@ -35,13 +35,38 @@ TEST(CommMpi, NativeAllreduceSumsEveryDtype) {
       expected.set(i, static_cast<float>(sum));
     }
     Buffer async = buf;
-    comm.allreduce(buf.data(), count, dt);
-    comm.allreduce_async(async.data(), count, dt).wait();
+    comm.allreduce(buf.data(), count, dt, ReduceOp::sum);
+    comm.allreduce_async(async.data(), count, dt, ReduceOp::sum).wait();
     size_t wrong = 0;
     for (size_t i = 0; i < count; ++i)
       wrong += !buf.same_bits(expected, i) + !async.same_bits(expected, i);
     EXPECT_EQ(wrong, 0u) << dtype_name(dt);
   }
+}
+
+// MPI_MAX/MPI_MIN for fp32 and comm/reduce.h's kernels for fp16/bf16, in every collective
+// that reduces. Compared by value: MPI's own fp32 MAX promises no sign for a +0/-0 tie.
+TEST(CommMpi, NativeMaxAndMinEveryDtype) {
+  auto& comm = world();
+  const int n = comm.size();
+  const size_t count = 40'001;
+  const Shard mine = shard_of(count, n, comm.rank());
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (ReduceOp op : {ReduceOp::max, ReduceOp::min}) {
+      Buffer buf(dt, count), expected(dt, count);
+      testing::fill_extreme(buf, expected, comm.rank(), n, op);
+      Buffer async = buf, scattered = buf;
+      comm.allreduce(buf.data(), count, dt, op);
+      comm.allreduce_async(async.data(), count, dt, op).wait();
+      comm.reduce_scatter(scattered.data(), count, dt, op);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) {
+        wrong += (buf.get(i) != expected.get(i)) + (async.get(i) != expected.get(i));
+        if (i >= mine.offset && i < mine.offset + mine.count)
+          wrong += scattered.get(i) != expected.get(i);
+      }
+      EXPECT_EQ(wrong, 0u) << dtype_name(dt) << " " << reduce_op_name(op);
+    }
 }
 
 // With two ranks both algorithms make one fp32 addition per element, rounded once: the
@@ -59,7 +84,7 @@ TEST(CommMpi, HalfPrecisionOpRoundsLikeTheRing) {
     RingOptions opt;
     opt.small_bytes = 0;
     ring_allreduce(comm, ring.data(), count, dt, opt);
-    comm.allreduce(native.data(), count, dt);
+    comm.allreduce(native.data(), count, dt, ReduceOp::sum);
     size_t differ = 0;
     for (size_t i = 0; i < count; ++i) differ += !ring.same_bits(native, i);
     EXPECT_EQ(differ, 0u) << dtype_name(dt);
@@ -108,7 +133,7 @@ TEST(CommMpi, NativeReduceScatterAndAllgatherAsync) {
   const size_t count = 10'001;
   Buffer buf(DType::f32, count);
   for (size_t i = 0; i < count; ++i) buf.set(i, testing::exact_value(comm.rank(), i));
-  comm.reduce_scatter_async(buf.data(), count, DType::f32).wait();
+  comm.reduce_scatter_async(buf.data(), count, DType::f32, ReduceOp::sum).wait();
   comm.allgather_async(buf.data(), count, DType::f32).wait();  // = an allreduce
   size_t wrong = 0;
   for (size_t i = 0; i < count; ++i) {

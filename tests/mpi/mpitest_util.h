@@ -76,6 +76,36 @@ inline float exact_value(int rank, size_t i) {
   return std::ldexp(static_cast<float>(small), static_cast<int>(i % 5) - 2);
 }
 
+// Inputs for max and min: wavy values, with ties every few elements that a reduction must
+// break the same way on every rank: +0 on even ranks and -0 on odd ones, or one value on
+// every rank.
+inline float extreme_value(int rank, size_t i) {
+  if (i % 17 == 5) return rank % 2 ? -0.0f : 0.0f;
+  if (i % 13 == 3) return 1.5f;
+  return wavy_value(rank, i);
+}
+
+// The exact max (or min) over N ranks of the stored extreme_value(r, i), with -0 < +0.
+inline float extreme_reference(DType dt, ReduceOp op, int n, size_t i) {
+  auto less = [](float a, float b) {
+    return a < b || (a == b && std::signbit(a) && !std::signbit(b));
+  };
+  float best = rounded(dt, extreme_value(0, i));
+  for (int r = 1; r < n; ++r) {
+    const float v = rounded(dt, extreme_value(r, i));
+    if (op == ReduceOp::max ? less(best, v) : less(v, best)) best = v;
+  }
+  return best;
+}
+
+// Fills buf with this rank's extreme_value inputs and expected with the exact max or min.
+inline void fill_extreme(Buffer& buf, Buffer& expected, int rank, int n, ReduceOp op) {
+  for (size_t i = 0; i < buf.count(); ++i) {
+    buf.set(i, extreme_value(rank, i));
+    expected.set(i, extreme_reference(buf.dtype(), op, n, i));
+  }
+}
+
 // Unit roundoff of the arithmetic each hop rounds to.
 inline double unit_roundoff(DType dt) {
   return dt == DType::f32   ? std::ldexp(1.0, -24)

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -105,6 +106,24 @@ TEST_P(RingAllreduceCase, AverageDividesByWorldSize) {
   EXPECT_TRUE(testing::identical_on_all_ranks(comm, buf.data(), buf.bytes()));
 }
 
+// max and min round nothing: every rank ends with the exact extreme, ties broken alike.
+TEST_P(RingAllreduceCase, MaxAndMinAreExact) {
+  const auto [dt, count_param, path] = GetParam();
+  auto& comm = world();
+  const size_t count = resolve(count_param, comm.size());
+  for (ReduceOp op : {ReduceOp::max, ReduceOp::min}) {
+    Buffer buf(dt, count), expected(dt, count);
+    testing::fill_extreme(buf, expected, comm.rank(), comm.size(), op);
+    RingOptions opt = options_for(path, count_param);
+    opt.op = op;
+    ring_allreduce(comm, buf.data(), count, dt, opt);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += !buf.same_bits(expected, i);
+    EXPECT_EQ(wrong, 0u) << reduce_op_name(op);
+    EXPECT_TRUE(testing::identical_on_all_ranks(comm, buf.data(), buf.bytes()));
+  }
+}
+
 std::string case_name(const ::testing::TestParamInfo<Params>& info) {
   const Params& p = info.param;
   const std::string count = p.count == kRanksMinusOne   ? "RanksMinusOne"
@@ -204,13 +223,42 @@ TEST(RingReduceScatter, MatchesNativeOnExactInputs) {
       native.set(i, testing::exact_value(comm.rank(), i));
     }
     ring_reduce_scatter(comm, ring.data(), count, dt);
-    comm.reduce_scatter(native.data(), count, dt);
+    comm.reduce_scatter(native.data(), count, dt, ReduceOp::sum);
     const Shard mine = shard_of(count, comm.size(), comm.rank());
     size_t differ = 0;
     for (size_t i = mine.offset; i < mine.offset + mine.count; ++i)
       differ += !ring.same_bits(native, i);
     EXPECT_EQ(differ, 0u) << dtype_name(dt);
   }
+}
+
+TEST(RingReduceScatter, MaxAndMinOwnShardIsExact) {
+  auto& comm = world();
+  const size_t count = 100'003;
+  for (DType dt : {DType::f32, DType::bf16})
+    for (ReduceOp op : {ReduceOp::max, ReduceOp::min}) {
+      Buffer buf(dt, count), expected(dt, count);
+      testing::fill_extreme(buf, expected, comm.rank(), comm.size(), op);
+      RingOptions opt;
+      opt.op = op;
+      ring_reduce_scatter(comm, buf.data(), count, dt, opt);
+      const Shard mine = shard_of(count, comm.size(), comm.rank());
+      size_t wrong = 0;
+      for (size_t i = mine.offset; i < mine.offset + mine.count; ++i)
+        wrong += !buf.same_bits(expected, i);
+      EXPECT_EQ(wrong, 0u) << dtype_name(dt) << " " << reduce_op_name(op);
+    }
+}
+
+TEST(RingAllreduce, AverageNeedsASum) {
+  auto& comm = world();
+  float x = 1;
+  RingOptions opt;
+  opt.op = ReduceOp::max;
+  opt.average = true;
+  EXPECT_THROW(ring_allreduce(comm, &x, 1, DType::f32, opt), std::invalid_argument);
+  EXPECT_THROW(allreduce(comm, AllreduceAlgo::native, &x, 1, DType::f32, opt),
+               std::invalid_argument);
 }
 
 // Each rank contributes only its shard; the rest of its buffer is garbage to be overwritten.
@@ -261,7 +309,7 @@ TEST(RingAllreduce, CorrectUnderLinkEmulation) {
     EXPECT_EQ(count_off(buf, ref, mag, n, 1.0, 0, count), 0u) << "count " << count;
     Buffer native(DType::f32, count);
     fill_wavy(native, comm.rank(), n, ref, mag);
-    comm.allreduce(native.data(), count, DType::f32);
+    comm.allreduce(native.data(), count, DType::f32, ReduceOp::sum);
     EXPECT_EQ(count_off(native, ref, mag, n, 1.0, 0, count), 0u) << "native count " << count;
   }
 }

@@ -262,11 +262,6 @@ TEST(LossScaler, UnscaleMultipliesExactlyByTheInverse) {
   EXPECT_TRUE(LossScaler(below_one).unscale_and_check(h.data(), n));
 }
 
-TEST(LossScaler, AgreeFoundWithoutCommunicatorIsTheLocalFlag) {
-  EXPECT_TRUE(LossScaler::agree_found(true, nullptr));
-  EXPECT_FALSE(LossScaler::agree_found(false, nullptr));
-}
-
 // Megatron-LM's DynamicGradScaler.update, written out as in megatron/core/optimizer/
 // grad_scaler.py (plus ringstep's 2^24 ceiling), against a random run of overflows.
 TEST(LossScaler, MatchesMegatronDynamicGradScaler) {

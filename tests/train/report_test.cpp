@@ -71,15 +71,6 @@ bool Fired(const ReportData& r, const std::string& id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-TEST(Report, WarmupRuleExcludesAtLeastOneAtMostFive) {
-  EXPECT_EQ(warmup_steps_excluded(1), 0);  // never every step
-  EXPECT_EQ(warmup_steps_excluded(2), 1);
-  EXPECT_EQ(warmup_steps_excluded(19), 1);
-  EXPECT_EQ(warmup_steps_excluded(20), 2);
-  EXPECT_EQ(warmup_steps_excluded(49), 4);
-  EXPECT_EQ(warmup_steps_excluded(300), 5);
-}
-
 TEST(Report, HealthyFixtureHandComputedNumbers) {
   const ReportData r = analyze((kFixtures / "healthy").string(), BigMachine());
   EXPECT_TRUE(r.warnings.empty());

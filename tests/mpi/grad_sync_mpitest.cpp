@@ -1,5 +1,7 @@
-// The loss scaler across ranks: an inf or NaN in one rank's gradient makes every rank skip
-// the step, with parameters, AdamW moments and step count untouched bit for bit.
+// The gradient sync's agreements as an optimizer sees them (optim/reducer.h), on 2, 3 and 4
+// ranks: any_rank is a MAX of flags, average an exact mean; and the loss scaler through it:
+// an inf or NaN in one rank's gradient makes every rank skip the step, with parameters,
+// AdamW moments and step count untouched bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +13,8 @@
 #include "mpi/mpitest_util.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
+#include "optim/reducer.h"
+#include "train/grad_sync.h"
 
 namespace ringstep {
 namespace {
@@ -18,11 +22,12 @@ namespace {
 using testing::world;
 
 // Every rank holds the same parameters and an AdamW that has taken two steps; gradients
-// are built per rank and summed by a real AllReduce, as the trainer's would be.
+// are built per rank and averaged by the Reducer, and the skip flag agreed through it.
 class ScalerReplica {
  public:
-  ScalerReplica()
-      : reg_(registry()),
+  explicit ScalerReplica(Reducer& reducer)
+      : reducer_(reducer),
+        reg_(registry()),
         opt_(reg_, AdamWParams{0.9, 0.95, 1e-8, 0.1}),
         scaler_(fp16()),
         params_(reg_.total_numel()) {
@@ -37,10 +42,9 @@ class ScalerReplica {
     std::vector<float> g(reg_.total_numel());
     const auto s = static_cast<float>(scaler_.scale());  // backward of loss * S
     for (size_t i = 0; i < g.size(); ++i) g[i] = testing::exact_value(comm.rank(), i) * s;
-    comm.allreduce(g.data(), g.size(), DType::f32);
+    reducer_.average(g.data(), g.size());
     if (comm.rank() == inject_rank) g[g.size() / 3] = bad;
-    const bool local = scaler_.unscale_and_check(g.data(), g.size());
-    const bool found = LossScaler::agree_found(local, &comm);
+    const bool found = reducer_.any_rank(scaler_.unscale_and_check(g.data(), g.size()));
     if (!scaler_.update(found)) return false;
     opt_.step(params_.data(), g.data(), 1e-2, 1.0);
     return true;
@@ -75,6 +79,7 @@ class ScalerReplica {
     return p;
   }
 
+  Reducer& reducer_;
   Registry reg_;
   AdamW opt_;
   LossScaler scaler_;
@@ -83,7 +88,8 @@ class ScalerReplica {
 
 void expect_every_rank_skips(float bad, const char* what) {
   auto& comm = world();
-  ScalerReplica r;
+  GradSync sync(&comm, CommConfig{});
+  ScalerReplica r(sync);
   ASSERT_EQ(r.opt().step_count(), 2);
   const double scale = r.scaler().scale();
   const std::vector<std::byte> before = r.snapshot();
@@ -105,20 +111,50 @@ void expect_every_rank_skips(float bad, const char* what) {
   EXPECT_TRUE(testing::identical_on_all_ranks(comm, stepped.data(), stepped.size())) << what;
 }
 
-TEST(LossScalerMpi, InfOnLastRankSkipsOnEveryRank) {
+TEST(GradSyncMpi, InfOnLastRankSkipsOnEveryRank) {
   expect_every_rank_skips(std::numeric_limits<float>::infinity(), "inf");
 }
 
-TEST(LossScalerMpi, NanOnLastRankSkipsOnEveryRank) {
+TEST(GradSyncMpi, NanOnLastRankSkipsOnEveryRank) {
   expect_every_rank_skips(std::numeric_limits<float>::quiet_NaN(), "nan");
 }
 
-TEST(LossScalerMpi, AgreeFoundIsTrueWhenAnyOneRankFound) {
+TEST(GradSyncMpi, AnyRankIsTrueWhenAnyOneRankFound) {
   auto& comm = world();
-  EXPECT_FALSE(LossScaler::agree_found(false, &comm));
-  EXPECT_TRUE(LossScaler::agree_found(true, &comm));
-  for (int r = 0; r < comm.size(); ++r)
-    EXPECT_TRUE(LossScaler::agree_found(comm.rank() == r, &comm)) << "found on rank " << r;
+  GradSync sync(&comm, CommConfig{});
+  Reducer& reducer = sync;
+  EXPECT_EQ(reducer.world(), comm.size());
+  EXPECT_FALSE(reducer.any_rank(false));
+  EXPECT_TRUE(reducer.any_rank(true));
+  for (int r = 0; r < comm.size(); ++r) {
+    EXPECT_TRUE(reducer.any_rank(comm.rank() == r)) << "found on rank " << r;
+    EXPECT_TRUE(reducer.any_rank(comm.rank() != r)) << "found on all but rank " << r;
+  }
+}
+
+// Exactly summable inputs: the mean is the float sum divided once by the world size, by
+// both algorithms, on the recursive-doubling (7) and ring (100'003) paths alike.
+TEST(GradSyncMpi, AverageIsTheExactMean) {
+  auto& comm = world();
+  const int n = comm.size();
+  for (const char* algo : {"ring", "native"}) {
+    CommConfig cfg;
+    cfg.allreduce = algo;
+    GradSync sync(&comm, cfg);
+    for (size_t count : {size_t{7}, size_t{100'003}}) {
+      std::vector<float> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = testing::exact_value(comm.rank(), i);
+      static_cast<Reducer&>(sync).average(buf.data(), count);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) {
+        float sum = 0;
+        for (int r = 0; r < n; ++r) sum += testing::exact_value(r, i);
+        wrong += buf[i] != sum / static_cast<float>(n);
+      }
+      EXPECT_EQ(wrong, 0u) << algo << " count " << count;
+      EXPECT_TRUE(testing::identical_on_all_ranks(comm, buf.data(), count * sizeof(float)));
+    }
+  }
 }
 
 }  // namespace
