@@ -6,7 +6,6 @@
 
 #include "comm/backoff.h"
 #include "comm/reduce.h"
-#include "core/error.h"
 
 namespace ringstep {
 namespace {
@@ -151,16 +150,6 @@ void recursive_doubling(Communicator& comm, std::byte* buf, size_t count, DType 
 }
 
 }  // namespace
-
-const char* allreduce_algo_name(AllreduceAlgo algo) {
-  return algo == AllreduceAlgo::ring ? "ring" : "native";
-}
-
-AllreduceAlgo parse_allreduce_algo(const std::string& name) {
-  if (name == "ring") return AllreduceAlgo::ring;
-  if (name == "native") return AllreduceAlgo::native;
-  throw InputError("unknown allreduce algorithm '" + name + "'; expected ring or native");
-}
 
 size_t ring_chunks_per_segment(size_t count, int nranks, DType dt, size_t chunk_bytes) {
   const size_t seg_bytes = shard_of(count, nranks, 0).count * dtype_size(dt);

@@ -21,12 +21,9 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "core/config.h"  // AllreduceAlgo
 
 namespace ringstep {
-
-enum class AllreduceAlgo { ring, native };
-const char* allreduce_algo_name(AllreduceAlgo algo);          // "ring" | "native"
-AllreduceAlgo parse_allreduce_algo(const std::string& name);  // throws InputError
 
 struct RingOptions {
   bool average = false;           // divide the sum by the world size (in the last hop)

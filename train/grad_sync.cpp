@@ -71,9 +71,8 @@ void GradSync::setup(Gpt& model) {
 
 void GradSync::enqueue_bucket(size_t b) {
   const Bucket& k = buckets_[b];
-  pending_[b]->handle =
-      engine_->enqueue_allreduce(grads_ + k.begin, k.end - k.begin, DType::f32,
-                                 parse_allreduce_algo(cfg_.allreduce), /*average=*/true, b);
+  pending_[b]->handle = engine_->enqueue_allreduce(grads_ + k.begin, k.end - k.begin, DType::f32,
+                                                   cfg_.allreduce, /*average=*/true, b);
   pending_[b]->enqueued = true;
 }
 

@@ -63,20 +63,20 @@ void print_precision_header(const Config& cfg, const Gpt& model, const LossScale
                       cpu::gemm16_kernel(o.act_dtype) + ", fp32 accumulate)")
                          .c_str()
                    : "",
-              scaler.mode().c_str());
-  if (scaler.mode() == "dynamic")
+              name(scaler.mode()));
+  if (scaler.mode() == LossScaleMode::dynamic)
     std::printf(" (initial %g, x%g every %d clean steps, x%g on overflow, hysteresis %d, min %g)",
                 scaler.scale(), cfg.precision.loss_scale.growth_factor,
                 cfg.precision.loss_scale.growth_interval, cfg.precision.loss_scale.backoff_factor,
                 cfg.precision.loss_scale.hysteresis, cfg.precision.loss_scale.min_scale);
-  else if (scaler.mode() == "static")
+  else if (scaler.mode() == LossScaleMode::static_)
     std::printf(" (static %g)", scaler.scale());
   std::printf("\n");
   const double sbh = double(B) * T * mc.d_model, as2b = double(mc.n_heads) * T * T * B;
   const double full_layer = (16 * sbh + as2b) * double(dtype_size(o.act_dtype));
   int recomputed = 0;
   for (int l = 0; l < mc.n_layers; ++l) recomputed += model.layer_recomputed(l);
-  std::printf("  recompute  %s", cfg.recompute.policy.c_str());
+  std::printf("  recompute  %s", name(cfg.recompute.policy));
   if (o.recompute == RecomputePolicy::every_k) std::printf(" (k = %d)", o.recompute_k);
   if (o.recompute == RecomputePolicy::selective)
     std::printf(": every block keeps its matrix products' outputs; LayerNorm and GELU outputs "
@@ -105,9 +105,10 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
       throw InputError(cfg.source_path + ": " + key + ": '" + value +
                        "' is not implemented yet in this build; use " + supported);
   };
-  not_yet(cfg.optimizer.name != "adamw", "optimizer.name", cfg.optimizer.name, "adamw");
-  not_yet(cfg.comm.backend != "mpi", "comm.backend", cfg.comm.backend, "mpi");
-  not_yet(cfg.run.device != "cpu", "run.device", cfg.run.device, "cpu");
+  not_yet(cfg.optimizer.name != OptimizerKind::adamw, "optimizer.name", name(cfg.optimizer.name),
+          "adamw");
+  not_yet(cfg.comm.backend != CommBackend::mpi, "comm.backend", name(cfg.comm.backend), "mpi");
+  not_yet(cfg.run.device != Device::cpu, "run.device", name(cfg.run.device), "cpu");
   const bool lead = rank == 0;
   const ModelConfig& mc = cfg.model;
   const int B = cfg.train.micro_batch, T = mc.seq_len, accum = cfg.train.grad_accum_steps;
@@ -134,7 +135,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
 
   const int threads = resolve_threads(cfg.run.threads, local_rank_count());
   set_compute_threads(threads);
-  const DType act_dtype = parse_dtype(cfg.precision.dtype);
+  const DType act_dtype = cfg.precision.dtype;
   // The peak of the kernel the matrix products run on (docs/metrics.md), per rank.
   auto measure_peak = [&] {
     return cfg.profile.peak_gflops > 0
@@ -143,8 +144,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
   };
   const double peak_gflops = measure_peak();
 
-  const GptOptions gopt{act_dtype,
-                        parse_recompute_policy(cfg.recompute.policy), cfg.recompute.k};
+  const GptOptions gopt{act_dtype, cfg.recompute.policy, cfg.recompute.k};
   Gpt model(mc, gopt);
   model.init(cfg.run.seed);
   LossScaler scaler(cfg.precision);
@@ -206,7 +206,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     if (!scale_warning.empty()) std::printf("  warning    %s\n", scale_warning.c_str());
     if (world > 1) {
       std::printf("  comm       %s AllReduce over %s, %zu buckets of <= %.2f MiB, overlap %s\n",
-                  cfg.comm.allreduce.c_str(), cfg.comm.backend.c_str(), sync.buckets().size(),
+                  name(cfg.comm.allreduce), name(cfg.comm.backend), sync.buckets().size(),
                   cfg.comm.bucket_mb, cfg.comm.overlap ? "on" : "off");
       if (cfg.comm.link.bandwidth_gbps > 0 || cfg.comm.link.latency_us > 0)
         std::printf("  LINK EMULATION ON: every message paced to %.1f Gb/s, %.1f us latency\n",
@@ -364,7 +364,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
           std::printf(" | gnorm %.3f", norm);
         else
           std::printf(" | SKIPPED (inf/NaN gradients)");
-        if (scaler.mode() != "none") std::printf(" | scale %g", scale_used);
+        if (scaler.mode() != LossScaleMode::none) std::printf(" | scale %g", scale_used);
         std::printf(" | %.1f ms (data %.1f fwd %.1f bwd %.1f", slow.step, slow.data, slow.forward,
                     slow.backward);
         if (slow.recompute > 0) std::printf(" [recompute %.1f]", slow.recompute);
@@ -410,10 +410,10 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
     sum["entropy_floor"] = std::isnan(info.window_floor) ? json(nullptr) : json(info.window_floor);
     sum["skipped_steps"] = scaler.state().skipped_total;
     sum["optimizer_steps"] = opt.step_count();
-    sum["precision"] = cfg.precision.dtype;
-    sum["loss_scale_mode"] = scaler.mode();
+    sum["precision"] = name(cfg.precision.dtype);
+    sum["loss_scale_mode"] = name(scaler.mode());
     sum["loss_scale_final"] = scaler.scale();
-    sum["recompute"] = cfg.recompute.policy;
+    sum["recompute"] = name(cfg.recompute.policy);
     sum["stopped_early"] = stop_reason.empty() ? json(nullptr) : json(stop_reason);
     sum["warmup_steps_excluded"] = warm;
     sum["step_ms_p50"] = p50;
@@ -446,7 +446,7 @@ TrainOutcome train(const Config& cfg, Communicator* comm) {
         "the blocks (%s, recompute %s); the arena also holds embeddings, logits and backward's "
         "buffers\n",
         arena.peak_bytes() / 1048576.0, activation_estimate_bytes(cfg) / 1048576.0,
-        cfg.precision.dtype.c_str(), cfg.recompute.policy.c_str());
+        name(cfg.precision.dtype), name(cfg.recompute.policy));
     if (scaler.state().skipped_total > 0)
       std::printf("  skipped %lld of %zu steps (inf/NaN gradients); loss scale now %g\n",
                   static_cast<long long>(scaler.state().skipped_total), out.loss_scales.size(),

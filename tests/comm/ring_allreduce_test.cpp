@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "comm/reduce.h"
-#include "core/error.h"
 
 namespace ringstep {
 namespace {
@@ -41,13 +40,6 @@ TEST(CommRingChunks, SplitTheLargestSegmentBySubChunkBytes) {
   EXPECT_EQ(ring_chunks_per_segment(4 << 20, 2, DType::bf16, 128 << 10), 32u);
   EXPECT_EQ(ring_chunks_per_segment((4 << 20) + 2, 2, DType::f32, 128 << 10), 65u);
   EXPECT_EQ(ring_chunks_per_segment(1000, 1, DType::f32, 4), 1000u);
-}
-
-TEST(CommRingAlgo, ParsesNames) {
-  EXPECT_EQ(parse_allreduce_algo("ring"), AllreduceAlgo::ring);
-  EXPECT_EQ(parse_allreduce_algo("native"), AllreduceAlgo::native);
-  EXPECT_STREQ(allreduce_algo_name(AllreduceAlgo::native), "native");
-  EXPECT_THROW(parse_allreduce_algo("nccl"), InputError);
 }
 
 TEST(CommReduce, Fp32AddsAndDivides) {

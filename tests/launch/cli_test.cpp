@@ -57,6 +57,8 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
   ExpectBadInput("train " + Tiny() + run + " --set model.n_heads=3", "n_heads", dir);
   ExpectBadInput("train " + Tiny() + run + " --set train.global_batch=7", "global_batch", dir);
   ExpectBadInput("train " + Tiny() + run + " --set comm.backend=nccl", "not implemented yet", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set precision.dtype=bf17", "did you mean 'bf16'",
+                 dir);
   ExpectBadInput("train " + Tiny() + run + " --set recompute.k=0", "recompute.k", dir);
   ExpectBadInput("train " + Tiny() + run + " --set precision.loss_scale.min_scale=1e6",
                  "min_scale", dir);

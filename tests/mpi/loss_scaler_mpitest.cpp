@@ -71,7 +71,7 @@ class ScalerReplica {
   }
   static PrecisionConfig fp16() {
     PrecisionConfig p;
-    p.dtype = "fp16";  // auto: dynamic, initial 65536, hysteresis 1
+    p.dtype = DType::f16;  // auto: dynamic, initial 65536, hysteresis 1
     return p;
   }
 
