@@ -2,7 +2,9 @@
 // plus `--set a.b=VALUE` overrides checked against the same schema. Every error is an
 // InputError naming the file, line and column, the key and what was expected, and for an
 // unknown key the nearest valid one ("did you mean ...?"). Enum keys are decoded once, at
-// load, into the enums below; each has one name table (core/enum_names.h).
+// load, into the enums below; each has one name table (core/enum_names.h). A value the
+// schema marks "not built yet" is refused at load, so a Config read from YAML never holds
+// one; one built in code is the caller's business.
 #pragma once
 
 #include <array>

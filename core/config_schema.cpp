@@ -120,6 +120,8 @@ struct Codec {
   std::string range;  // the docs' range column; "" = any
   std::function<T(const Value&)> read;
   std::function<void(YAML::Emitter&, const T&)> write;
+  // What to use in place of a value this build refuses; "" when the value is built.
+  std::function<std::string(const T&)> refuse = [](const T&) { return std::string(); };
 };
 
 // A number of type T (int: 32 bits; uint64_t; double: finite) in RANGE. WHAT is the phrase
@@ -232,28 +234,56 @@ Codec<std::vector<int>> step_window() {
           }};
 }
 
-// One of E's names (its enum_names table).
+// One of E's names (its enum_names table). The values in NOT_BUILT are refused at load.
 template <NamedEnum E>
-Codec<E> choice() {
+Codec<E> choice(std::vector<E> not_built = {}) {
   const std::string what = "one of " + names_of<E>();
   std::vector<std::string_view> names;
-  for (const EnumName<E>& n : enum_names(E{})) names.push_back(n.name);
-  return {"enum", names_of<E>(),
-          [=](const Value& v) {
-            std::string s = v.scalar(what);
-            if (std::optional<E> x = find_name<E>(s)) return *x;
-            std::string_view hint = nearest(s, names);
-            v.fail(what, quoted(s) + (hint.empty() ? "" : "; did you mean " + quoted(hint) + "?"));
-          },
-          [](YAML::Emitter& out, const E& x) { out << name(x); }};
+  std::string doc, built;
+  for (const EnumName<E>& n : enum_names(E{})) {
+    const bool off = std::find(not_built.begin(), not_built.end(), n.value) != not_built.end();
+    names.push_back(n.name);
+    doc += (doc.empty() ? "" : ", ") + std::string(n.name) + (off ? " (not built yet)" : "");
+    if (!off) built += (built.empty() ? "" : " or ") + std::string(n.name);
+  }
+  Codec<E> c{"enum", doc,
+             [=](const Value& v) {
+               std::string s = v.scalar(what);
+               if (std::optional<E> x = find_name<E>(s)) return *x;
+               std::string_view hint = nearest(s, names);
+               v.fail(what,
+                      quoted(s) + (hint.empty() ? "" : "; did you mean " + quoted(hint) + "?"));
+             },
+             [](YAML::Emitter& out, const E& x) { out << name(x); }};
+  c.refuse = [=](const E& x) {
+    return std::find(not_built.begin(), not_built.end(), x) != not_built.end() ? built : "";
+  };
+  return c;
 }
+
+// Built::no marks a key whose feature does not exist yet: any value but the default is
+// refused at load, so that nothing is silently ignored.
+enum class Built { yes, no };
 
 // One row: GET(config) is the key's field, CODEC reads and writes it.
 template <class T, class Get>
-KeySpec key(std::string_view path, Get get, Codec<T> c, std::string_view doc) {
+KeySpec key(std::string_view path, Get get, Codec<T> c, std::string_view doc,
+            Built built = Built::yes) {
+  if (built == Built::no) {
+    static const Config kDefaults;
+    const T def = get(kDefaults);
+    const std::string def_text = inline_yaml([&](YAML::Emitter& out) { c.write(out, def); });
+    c.refuse = [=](const T& x) { return x == def ? "" : def_text + " (the default)"; };
+    c.range += (c.range.empty() ? "" : "; ") + ("not built yet: only " + def_text);
+  }
   KeySpec k{path, c.type, c.range, doc, nullptr, nullptr};
   k.decode = [path, get, c](const YAML::Node& node, const Locator& loc, Config& cfg) {
-    get(cfg) = c.read(Value{path, node, loc});
+    T x = c.read(Value{path, node, loc});
+    if (std::string use = c.refuse(x); !use.empty()) {
+      throw InputError(loc.at(node.Mark()) + ": '" + std::string(path) + "': " +
+                       describe_node(node) + " is not implemented yet in this build; use " + use);
+    }
+    get(cfg) = std::move(x);
   };
   k.encode = [get, c](const Config& cfg, YAML::Emitter& out) { c.write(out, get(cfg)); };
   return k;
@@ -268,7 +298,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(run.name), text(), "run name, shown in logs and the summary"),
   key(KEY(run.out_dir), text(), "run directory: config.yaml, steps.jsonl, trace/, checkpoints/"),
   key(KEY(run.seed), number<uint64_t>(), "seed for weight init and data; same config, seed and world size give the same losses"),
-  key(KEY(run.device), choice<Device>(), "where the model runs"),
+  key(KEY(run.device), choice<Device>({Device::cuda}), "where the model runs"),
   key(KEY(run.threads), number<int>(at_least(1), kAuto), "CPU threads per rank; auto = cores / ranks on this node"),
 
   key(KEY(model.vocab_size), number<int>(closed(2, 65536)), "vocabulary size (tokens are uint16 on disk)"),
@@ -308,13 +338,13 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(recompute.policy), choice<RecomputePolicy>(), "activation recomputation: none, every block, every k-th block, attention only"),
   key(KEY(recompute.k), number<int>(at_least(1)), "for every_k: recompute blocks whose index is a multiple of k"),
 
-  key(KEY(optimizer.name), choice<OptimizerKind>(), "optimizer"),
+  key(KEY(optimizer.name), choice<OptimizerKind>({OptimizerKind::onebit_adam}), "optimizer"),
   key(KEY(optimizer.betas), pair(half_open(0, 1)), "Adam beta1, beta2"),
   key(KEY(optimizer.eps), number<double>(above(0)), "Adam epsilon"),
   key(KEY(optimizer.onebit.freeze_step), number<int>(at_least(0)), "1-bit Adam: full-precision warmup steps before the variance freezes"),
   key(KEY(optimizer.onebit.scale), choice<OneBitScale>(), "1-bit Adam: per-chunk scale of the sign vector"),
 
-  key(KEY(comm.backend), choice<CommBackend>(), "transport"),
+  key(KEY(comm.backend), choice<CommBackend>({CommBackend::nccl}), "transport"),
   key(KEY(comm.allreduce), choice<AllreduceAlgo>(), "ring = ringstep's ring AllReduce; native = the library's"),
   key(KEY(comm.bucket_mb), number<double>(above(0)), "gradient bucket size in MiB"),
   key(KEY(comm.overlap), boolean(), "start each bucket's AllReduce during backward"),
@@ -326,9 +356,9 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(profile.trace_steps), step_window(), "Chrome trace of steps first..last (inclusive); [] = none"),
   key(KEY(profile.peak_gflops), number<double>(above(0), kAuto), "peak GFLOP/s per rank for MFU; auto = measured at start"),
 
-  key(KEY(checkpoint.every), number<int>(at_least(0)), "save every N steps; 0 = never"),
-  key(KEY(checkpoint.keep), number<int>(at_least(1)), "checkpoints kept (oldest deleted first)"),
-  key(KEY(checkpoint.resume), text(), "auto = latest in out_dir if any; never; or a checkpoint path"),
+  key(KEY(checkpoint.every), number<int>(at_least(0)), "save every N steps; 0 = never", Built::no),
+  key(KEY(checkpoint.keep), number<int>(at_least(1)), "checkpoints kept (oldest deleted first)", Built::no),
+  key(KEY(checkpoint.resume), text(), "auto = latest in out_dir if any; never; or a checkpoint path", Built::no),
 };
 // clang-format on
 

@@ -1,6 +1,6 @@
 // The config schema: one row per key (dotted path, codec, one-line doc). Parsing, range
-// checks, config_keys(), config_to_yaml() and the key reference in docs/configs.md all read
-// this one table. Internal to core/config*.cpp.
+// checks, the refusal of what is not built yet, config_keys(), config_to_yaml() and the key
+// reference in docs/configs.md all read this one table. Internal to core/config*.cpp.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -26,10 +26,10 @@ struct Locator {
 struct KeySpec {
   std::string_view path;  // "precision.loss_scale.mode"
   std::string type;       // for the docs: "int", "auto or float", "enum", ...
-  std::string range;      // for the docs: ">= 1", "mpi, nccl"; "" = any
+  std::string range;      // for the docs: ">= 1", "mpi, nccl (not built yet)"; "" = any
   std::string_view doc;
-  // Reads NODE into this key's field of CFG, checking type and range. Throws InputError
-  // located by LOC at NODE.
+  // Reads NODE into this key's field of CFG, checking type and range and refusing a value
+  // that is not built yet. Throws InputError located by LOC at NODE.
   std::function<void(const YAML::Node& node, const Locator& loc, Config& cfg)> decode;
   // Writes the field as a YAML value that decode reads back to the same value.
   std::function<void(const Config& cfg, YAML::Emitter& out)> encode;
