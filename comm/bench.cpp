@@ -59,7 +59,7 @@ std::vector<AllreduceAlgo> parse_allreduce_algos(const std::string& csv) {
     const std::string name = csv.substr(start, comma - start);
     if (name.empty())
       throw InputError("bad --algo '" + csv + "': empty name; expected e.g. ring,native");
-    const AllreduceAlgo algo = parse_allreduce_algo(name);
+    const AllreduceAlgo algo = parse_name<AllreduceAlgo>(name, "allreduce algorithm");
     if (std::find(algos.begin(), algos.end(), algo) == algos.end()) algos.push_back(algo);
     start = comma + 1;
   }
@@ -206,7 +206,7 @@ class Bench {
 
 std::string algo_list(const std::vector<AllreduceAlgo>& algos) {
   std::string s;
-  for (AllreduceAlgo a : algos) s += (s.empty() ? "" : ",") + std::string(allreduce_algo_name(a));
+  for (AllreduceAlgo a : algos) s += (s.empty() ? "" : ",") + std::string(name(a));
   return s;
 }
 
@@ -283,11 +283,11 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
         ratio_text = buf;
       }
       std::printf(" %11zu %12zu %6s %7s %12.2f %12.3f %12.3f %7lld%s\n", bytes, count,
-                  dtype_name(opts.dtype), allreduce_algo_name(algo), row.time_us, algbw,
+                  dtype_name(opts.dtype), name(algo), row.time_us, algbw,
                   busbw[algo], row.wrong, ratio_text.c_str());
       std::fflush(stdout);
       if (json.is_open()) {
-        const nlohmann::json j = {{"algo", allreduce_algo_name(algo)},
+        const nlohmann::json j = {{"algo", name(algo)},
                                   {"dtype", dtype_name(opts.dtype)},
                                   {"ranks", n},
                                   {"bytes", bytes},

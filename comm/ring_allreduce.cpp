@@ -8,7 +8,6 @@
 
 #include "comm/backoff.h"
 #include "comm/reduce.h"
-#include "core/error.h"
 
 namespace ringstep {
 namespace {
@@ -160,16 +159,6 @@ void check_options(const RingOptions& opt) {
 }
 
 }  // namespace
-
-const char* allreduce_algo_name(AllreduceAlgo algo) {
-  return algo == AllreduceAlgo::ring ? "ring" : "native";
-}
-
-AllreduceAlgo parse_allreduce_algo(const std::string& name) {
-  if (name == "ring") return AllreduceAlgo::ring;
-  if (name == "native") return AllreduceAlgo::native;
-  throw InputError("unknown allreduce algorithm '" + name + "'; expected ring or native");
-}
 
 size_t ring_default_chunk_bytes(size_t segment_bytes, TransferPath path) {
   if (path == TransferPath::link) return size_t{128} << 10;

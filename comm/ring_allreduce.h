@@ -23,12 +23,9 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "core/config.h"  // AllreduceAlgo
 
 namespace ringstep {
-
-enum class AllreduceAlgo { ring, native };
-const char* allreduce_algo_name(AllreduceAlgo algo);          // "ring" | "native"
-AllreduceAlgo parse_allreduce_algo(const std::string& name);  // throws InputError
 
 struct RingOptions {
   ReduceOp op = ReduceOp::sum;    // element-wise reduction (comm/reduce.h)

@@ -39,36 +39,25 @@ std::string join_path(std::string_view section, std::string_view name) {
   return section.empty() ? std::string(name) : std::string(section) + "." + std::string(name);
 }
 
-// Every section path ("run", "precision", "precision.loss_scale", ...), in schema order.
-const std::vector<std::string>& sections() {
-  static const std::vector<std::string> kSections = [] {
+// Every section path ("run", "precision", "precision.loss_scale", ...), then every key,
+// each in schema order.
+const std::vector<std::string>& paths() {
+  static const std::vector<std::string> kPaths = [] {
     std::vector<std::string> out;
     for (const KeySpec& key : schema()) {
       for (std::string_view p = parent_of(key.path); !p.empty(); p = parent_of(p)) {
         if (std::find(out.begin(), out.end(), p) == out.end()) out.emplace_back(p);
       }
     }
+    for (const KeySpec& key : schema()) out.emplace_back(key.path);
     return out;
   }();
-  return kSections;
+  return kPaths;
 }
 
 bool is_section(std::string_view path) {
-  return path.empty() || std::find(sections().begin(), sections().end(), path) != sections().end();
-}
-
-// The names directly under SECTION (keys and subsections), in schema order.
-std::vector<std::string_view> children_of(std::string_view section) {
-  std::vector<std::string_view> out;
-  auto add = [&](std::string_view path) {
-    if (parent_of(path) == section &&
-        std::find(out.begin(), out.end(), leaf_of(path)) == out.end()) {
-      out.push_back(leaf_of(path));
-    }
-  };
-  for (const std::string& s : sections()) add(s);
-  for (const KeySpec& key : schema()) add(key.path);
-  return out;
+  return path.empty() ||
+         (!find_key(path) && std::find(paths().begin(), paths().end(), path) != paths().end());
 }
 
 // "unknown key 'train.lrr'; did you mean 'train.lr'?" -- nearest within the same section
@@ -77,28 +66,22 @@ std::vector<std::string_view> children_of(std::string_view section) {
 std::string unknown_key_message(std::string_view path) {
   std::string msg = "unknown key '" + std::string(path) + "'";
   std::string_view section = parent_of(path), name = leaf_of(path);
-  std::vector<std::string_view> siblings = children_of(section);
+  std::vector<std::string_view> siblings, leaves;
+  for (std::string_view p : paths()) {
+    leaves.push_back(leaf_of(p));
+    if (parent_of(p) == section) siblings.push_back(leaf_of(p));
+  }
   std::string_view hint = config_schema::nearest(name, siblings);
   if (!hint.empty()) return msg + "; did you mean '" + join_path(section, hint) + "'?";
-
-  std::vector<std::string_view> everywhere, leaves;
-  for (const std::string& s : sections()) everywhere.push_back(s);
-  for (const KeySpec& key : schema()) everywhere.push_back(key.path);
-  for (std::string_view p : everywhere) leaves.push_back(leaf_of(p));
   hint = config_schema::nearest(name, leaves);
   if (!hint.empty()) {
     auto it = std::find(leaves.begin(), leaves.end(), hint);
-    return msg + "; did you mean '" + std::string(everywhere[it - leaves.begin()]) + "'?";
+    return msg + "; did you mean '" + paths()[it - leaves.begin()] + "'?";
   }
-  std::string names;
-  for (std::string_view s : siblings) {
-    if (!names.empty()) names += ", ";
-    names += s;
-  }
-  return msg +
-         (section.empty() ? "; valid sections: "
-                          : "; valid keys in '" + std::string(section) + "': ") +
-         names;
+  msg +=
+      section.empty() ? "; valid sections: " : "; valid keys in '" + std::string(section) + "': ";
+  for (size_t i = 0; i < siblings.size(); ++i) msg += (i ? ", " : "") + std::string(siblings[i]);
+  return msg;
 }
 
 // Fills CFG from a YAML tree and remembers where each key was set, for the messages of
@@ -110,7 +93,7 @@ class Reader {
   // Applies NODE as the value of PATH (a key or a section; "" is the top level).
   void apply(const std::string& path, const YAML::Node& node, const Locator& loc) {
     if (const KeySpec* key = find_key(path)) {
-      config_schema::decode(*key, node, cfg_, loc);
+      key->decode(node, loc, cfg_);
       set_at_[path] = loc.at(node.Mark());
       return;
     }
@@ -196,7 +179,7 @@ void check_cross_fields(const Config& c, const Reader& reader, const std::string
                                                  ") must be divisible by 'model.n_heads' (" +
                                                  std::to_string(c.model.n_heads) + ")");
   }
-  if (c.data.source == "file" && c.data.path.empty()) {
+  if (c.data.source == DataSourceKind::file && c.data.path.empty()) {
     fail({"data.source", "data.path"}, "'data.source' is file but 'data.path' is not set");
   }
   const LossScaleConfig& ls = c.precision.loss_scale;
@@ -281,7 +264,7 @@ std::string config_to_yaml(const Config& cfg) {
       out << YAML::Key << std::string(want[open.size()]) << YAML::Value << YAML::BeginMap;
     }
     out << YAML::Key << std::string(leaf_of(key.path)) << YAML::Value;
-    config_schema::encode(key, cfg, out);
+    key.encode(cfg, out);
   }
   for (; !open.empty(); open.pop_back()) out << YAML::EndMap;
   out << YAML::EndMap;
@@ -305,10 +288,9 @@ std::string config_reference_markdown() {
       md += std::string(md.empty() ? "" : "\n") + "### `" + std::string(top) + "`\n\n" +
             "| key | type | default | range | meaning |\n|---|---|---|---|---|\n";
     }
-    std::string range = config_schema::range_summary(key);
-    md += "| `" + std::string(key.path) + "` | " + config_schema::type_name(key) + " | `" +
-          config_schema::encode_inline(key, defaults) + "` | " + (range.empty() ? "any" : range) +
-          " | " + std::string(key.doc) + " |\n";
+    md += "| `" + std::string(key.path) + "` | " + key.type + " | `" +
+          config_schema::encode_inline(key, defaults) + "` | " +
+          (key.range.empty() ? "any" : key.range) + " | " + std::string(key.doc) + " |\n";
   }
   return md;
 }

@@ -1,7 +1,10 @@
 // The experiment config: a YAML file checked against one schema (defaults, types, ranges),
 // plus `--set a.b=VALUE` overrides checked against the same schema. Every error is an
 // InputError naming the file, line and column, the key and what was expected, and for an
-// unknown key the nearest valid one ("did you mean ...?").
+// unknown key the nearest valid one ("did you mean ...?"). Enum keys are decoded once, at
+// load, into the enums below; each has one name table (core/enum_names.h). A value the
+// schema marks "not built yet" is refused at load, so a Config read from YAML never holds
+// one; one built in code is the caller's business.
 #pragma once
 
 #include <array>
@@ -9,14 +12,69 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/enum_names.h"
+
 namespace ringstep {
+
+// The enum-valued keys. A table's first entry is not necessarily the key's default.
+enum class DataSourceKind { synthetic, file };
+constexpr auto enum_names(DataSourceKind) {
+  return std::to_array<EnumName<DataSourceKind>>(
+      {{DataSourceKind::synthetic, "synthetic"}, {DataSourceKind::file, "file"}});
+}
+enum class LrScheduleKind { cosine, linear, constant };
+constexpr auto enum_names(LrScheduleKind) {
+  return std::to_array<EnumName<LrScheduleKind>>({{LrScheduleKind::cosine, "cosine"},
+                                                  {LrScheduleKind::linear, "linear"},
+                                                  {LrScheduleKind::constant, "constant"}});
+}
+// auto_: dynamic for fp16, else none (optim/loss_scaler.h resolves it). The trailing _
+// keeps clear of the C++ keywords.
+enum class LossScaleMode { auto_, dynamic, static_, none };
+constexpr auto enum_names(LossScaleMode) {
+  return std::to_array<EnumName<LossScaleMode>>({{LossScaleMode::auto_, "auto"},
+                                                 {LossScaleMode::dynamic, "dynamic"},
+                                                 {LossScaleMode::static_, "static"},
+                                                 {LossScaleMode::none, "none"}});
+}
+// Which blocks rebuild their activations in backward (models/gpt.h).
+enum class RecomputePolicy { none, full, every_k, selective };
+constexpr auto enum_names(RecomputePolicy) {
+  return std::to_array<EnumName<RecomputePolicy>>({{RecomputePolicy::none, "none"},
+                                                   {RecomputePolicy::full, "full"},
+                                                   {RecomputePolicy::every_k, "every_k"},
+                                                   {RecomputePolicy::selective, "selective"}});
+}
+enum class OptimizerKind { adamw, onebit_adam };
+constexpr auto enum_names(OptimizerKind) {
+  return std::to_array<EnumName<OptimizerKind>>(
+      {{OptimizerKind::adamw, "adamw"}, {OptimizerKind::onebit_adam, "onebit_adam"}});
+}
+enum class OneBitScale { mean_abs, l2 };
+constexpr auto enum_names(OneBitScale) {
+  return std::to_array<EnumName<OneBitScale>>(
+      {{OneBitScale::mean_abs, "mean_abs"}, {OneBitScale::l2, "l2"}});
+}
+enum class CommBackend { mpi, nccl };
+constexpr auto enum_names(CommBackend) {
+  return std::to_array<EnumName<CommBackend>>(
+      {{CommBackend::mpi, "mpi"}, {CommBackend::nccl, "nccl"}});
+}
+// ring = ringstep's own (comm/ring_allreduce.h); native = the transport's.
+enum class AllreduceAlgo { ring, native };
+constexpr auto enum_names(AllreduceAlgo) {
+  return std::to_array<EnumName<AllreduceAlgo>>(
+      {{AllreduceAlgo::ring, "ring"}, {AllreduceAlgo::native, "native"}});
+}
 
 struct RunConfig {
   std::string name = "tiny";
   std::string out_dir = "runs/tiny";
   uint64_t seed = 1234;
-  std::string device = "cpu";  // cpu | cuda
-  int threads = 0;             // 0 = auto (cores / ranks on this node); YAML "auto" or int >= 1
+  Device device = Device::cpu;
+  int threads = 0;  // 0 = auto (cores / ranks on this node); YAML "auto" or int >= 1
 
   bool operator==(const RunConfig&) const = default;
 };
@@ -32,9 +90,9 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string source = "synthetic";  // synthetic | file
-  std::string path;                  // token file for source=file ("" when null)
-  std::string val_path;              // optional held-out token file ("" = tail of path)
+  DataSourceKind source = DataSourceKind::synthetic;
+  std::string path;      // token file for source=file ("" when null)
+  std::string val_path;  // optional held-out token file ("" = tail of path)
 
   bool operator==(const DataConfig&) const = default;
 };
@@ -47,11 +105,11 @@ struct TrainConfig {
   double lr = 6.0e-3;
   double min_lr_ratio = 0.1;  // final lr = lr * min_lr_ratio (cosine/linear)
   int warmup_steps = 30;
-  std::string schedule = "cosine";  // cosine | linear | constant
+  LrScheduleKind schedule = LrScheduleKind::cosine;
   double weight_decay = 0.1;
   double grad_clip = 1.0;  // 0 = off
   int eval_every = 50;     // 0 = only at the end
-  int eval_batches = 16;  // micro-batches per evaluation (16 x 8 x 128 tokens: +-0.01 nats)
+  int eval_batches = 16;   // micro-batches per evaluation (16 x 8 x 128 tokens: +-0.01 nats)
   int check_replicas_every = 100;  // 0 = never
 
   bool operator==(const TrainConfig&) const = default;
@@ -64,7 +122,7 @@ struct TrainConfig {
 constexpr double kMaxLossScale = 16777216.0;
 
 struct LossScaleConfig {
-  std::string mode = "auto";  // auto | dynamic | static | none (auto: dynamic for fp16, else none)
+  LossScaleMode mode = LossScaleMode::auto_;
   double initial = 65536.0;
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
@@ -77,14 +135,14 @@ struct LossScaleConfig {
 };
 
 struct PrecisionConfig {
-  std::string dtype = "fp32";  // fp32 | bf16 | fp16
+  DType dtype = DType::f32;  // activations and matrix-product inputs
   LossScaleConfig loss_scale;
 
   bool operator==(const PrecisionConfig&) const = default;
 };
 
 struct RecomputeConfig {
-  std::string policy = "none";  // none | full | every_k | selective
+  RecomputePolicy policy = RecomputePolicy::none;
   int k = 2;
 
   bool operator==(const RecomputeConfig&) const = default;
@@ -92,13 +150,13 @@ struct RecomputeConfig {
 
 struct OneBitConfig {
   int freeze_step = 60;
-  std::string scale = "mean_abs";  // mean_abs | l2
+  OneBitScale scale = OneBitScale::mean_abs;
 
   bool operator==(const OneBitConfig&) const = default;
 };
 
 struct OptimizerConfig {
-  std::string name = "adamw";  // adamw | onebit_adam
+  OptimizerKind name = OptimizerKind::adamw;
   std::array<double, 2> betas = {0.9, 0.95};
   double eps = 1.0e-8;
   OneBitConfig onebit;
@@ -114,8 +172,8 @@ struct LinkConfig {
 };
 
 struct CommConfig {
-  std::string backend = "mpi";     // mpi | nccl
-  std::string allreduce = "ring";  // ring | native
+  CommBackend backend = CommBackend::mpi;
+  AllreduceAlgo allreduce = AllreduceAlgo::ring;
   double bucket_mb = 25.0;
   bool overlap = true;
   LinkConfig link;

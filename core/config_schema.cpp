@@ -1,96 +1,19 @@
-// The schema table and the per-kind codecs (YAML node <-> struct field).
+// The schema table and the codecs that read, check, write and document each kind of value.
 #include "core/config_schema.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <string>
+#include <limits>
+#include <optional>
+#include <type_traits>
 
 #include "core/error.h"
 
 namespace ringstep::config_schema {
 namespace {
 
-constexpr Range any() { return {}; }
-constexpr Range at_least(double lo) { return {lo, kInf, false, false}; }
-constexpr Range above(double lo) { return {lo, kInf, true, false}; }
-constexpr Range closed(double lo, double hi) { return {lo, hi, false, false}; }
-constexpr Range half_open(double lo, double hi) { return {lo, hi, false, true}; }
-constexpr Range open_closed(double lo, double hi) { return {lo, hi, true, false}; }
-constexpr Range open(double lo, double hi) { return {lo, hi, true, true}; }
-
-#define FIELD(member) [](Config& c) -> FieldRef { return &c.member; }
-
-// clang-format off
-const std::vector<KeySpec> kSchema = {
-  {"run.name", Kind::String, FIELD(run.name), any(), {}, "run name, shown in logs and the summary"},
-  {"run.out_dir", Kind::String, FIELD(run.out_dir), any(), {}, "run directory: config.yaml, steps.jsonl, trace/, checkpoints/"},
-  {"run.seed", Kind::Uint64, FIELD(run.seed), any(), {}, "seed for weight init and data; same config, seed and world size give the same losses"},
-  {"run.device", Kind::Enum, FIELD(run.device), any(), {"cpu", "cuda"}, "where the model runs"},
-  {"run.threads", Kind::AutoInt, FIELD(run.threads), at_least(1), {}, "CPU threads per rank; auto = cores / ranks on this node"},
-
-  {"model.vocab_size", Kind::Int, FIELD(model.vocab_size), closed(2, 65536), {}, "vocabulary size (tokens are uint16 on disk)"},
-  {"model.seq_len", Kind::Int, FIELD(model.seq_len), at_least(1), {}, "context length T in tokens"},
-  {"model.d_model", Kind::Int, FIELD(model.d_model), at_least(1), {}, "hidden width C; must be divisible by n_heads"},
-  {"model.n_layers", Kind::Int, FIELD(model.n_layers), at_least(1), {}, "number of Transformer blocks L"},
-  {"model.n_heads", Kind::Int, FIELD(model.n_heads), at_least(1), {}, "attention heads per block"},
-
-  {"data.source", Kind::Enum, FIELD(data.source), any(), {"synthetic", "file"}, "synthetic = seeded Markov source with a known entropy floor; file = token file"},
-  {"data.path", Kind::NullablePath, FIELD(data.path), any(), {}, "token file (from `ringstep prepare`); required when source is file"},
-  {"data.val_path", Kind::NullablePath, FIELD(data.val_path), any(), {}, "held-out token file; null = the tail of path"},
-
-  {"train.steps", Kind::Int, FIELD(train.steps), at_least(1), {}, "optimizer steps"},
-  {"train.micro_batch", Kind::Int, FIELD(train.micro_batch), at_least(1), {}, "sequences per rank per forward/backward"},
-  {"train.grad_accum_steps", Kind::Int, FIELD(train.grad_accum_steps), at_least(1), {}, "micro-batches accumulated per optimizer step"},
-  {"train.global_batch", Kind::Int, FIELD(train.global_batch), at_least(0), {}, "0 = derived; else must equal micro_batch x grad_accum_steps x world_size"},
-  {"train.lr", Kind::Double, FIELD(train.lr), above(0), {}, "peak learning rate"},
-  {"train.min_lr_ratio", Kind::Double, FIELD(train.min_lr_ratio), closed(0, 1), {}, "final lr = lr x min_lr_ratio (cosine, linear)"},
-  {"train.warmup_steps", Kind::Int, FIELD(train.warmup_steps), at_least(0), {}, "linear warmup from 0 to lr; may exceed steps"},
-  {"train.schedule", Kind::Enum, FIELD(train.schedule), any(), {"cosine", "linear", "constant"}, "lr decay after warmup"},
-  {"train.weight_decay", Kind::Double, FIELD(train.weight_decay), at_least(0), {}, "decoupled (AdamW) weight decay on matrices"},
-  {"train.grad_clip", Kind::Double, FIELD(train.grad_clip), at_least(0), {}, "clip the global gradient norm to this; 0 = off"},
-  {"train.eval_every", Kind::Int, FIELD(train.eval_every), at_least(0), {}, "validation loss every N steps; 0 = only at the end"},
-  {"train.eval_batches", Kind::Int, FIELD(train.eval_batches), at_least(1), {}, "micro-batches per validation pass"},
-  {"train.check_replicas_every", Kind::Int, FIELD(train.check_replicas_every), at_least(0), {}, "check every N steps that all ranks hold identical weights; 0 = never"},
-
-  {"precision.dtype", Kind::Enum, FIELD(precision.dtype), any(), {"fp32", "bf16", "fp16"}, "activation and matmul-input dtype; master weights stay fp32"},
-  {"precision.loss_scale.mode", Kind::Enum, FIELD(precision.loss_scale.mode), any(), {"auto", "dynamic", "static", "none"}, "loss scaling; auto = dynamic for fp16, none for bf16 and fp32 (they have fp32's exponent range); see docs/precision.md"},
-  {"precision.loss_scale.initial", Kind::Double, FIELD(precision.loss_scale.initial), open_closed(0, kMaxLossScale), {}, "starting scale (the scale for static); at most 2^24, see docs/precision.md"},
-  {"precision.loss_scale.growth_factor", Kind::Double, FIELD(precision.loss_scale.growth_factor), above(1), {}, "scale *= this after growth_interval clean steps in a row (never above 2^24)"},
-  {"precision.loss_scale.backoff_factor", Kind::Double, FIELD(precision.loss_scale.backoff_factor), open(0, 1), {}, "scale *= this on an overflow once hysteresis has run out (never below min_scale)"},
-  {"precision.loss_scale.growth_interval", Kind::Int, FIELD(precision.loss_scale.growth_interval), at_least(1), {}, "clean steps in a row before the scale grows"},
-  {"precision.loss_scale.hysteresis", Kind::Int, FIELD(precision.loss_scale.hysteresis), at_least(1), {}, "overflows before the first backoff; re-armed only when the scale grows"},
-  {"precision.loss_scale.min_scale", Kind::Double, FIELD(precision.loss_scale.min_scale), open_closed(0, kMaxLossScale), {}, "floor for the scale; must be <= initial"},
-  {"precision.loss_scale.max_consecutive_skips", Kind::Int, FIELD(precision.loss_scale.max_consecutive_skips), at_least(1), {}, "stop the run after this many skipped (inf/NaN) steps in a row, in every mode"},
-
-  {"recompute.policy", Kind::Enum, FIELD(recompute.policy), any(), {"none", "full", "every_k", "selective"}, "activation recomputation: none, every block, every k-th block, attention only"},
-  {"recompute.k", Kind::Int, FIELD(recompute.k), at_least(1), {}, "for every_k: recompute blocks whose index is a multiple of k"},
-
-  {"optimizer.name", Kind::Enum, FIELD(optimizer.name), any(), {"adamw", "onebit_adam"}, "optimizer"},
-  {"optimizer.betas", Kind::DoublePair, FIELD(optimizer.betas), half_open(0, 1), {}, "Adam beta1, beta2"},
-  {"optimizer.eps", Kind::Double, FIELD(optimizer.eps), above(0), {}, "Adam epsilon"},
-  {"optimizer.onebit.freeze_step", Kind::Int, FIELD(optimizer.onebit.freeze_step), at_least(0), {}, "1-bit Adam: full-precision warmup steps before the variance freezes"},
-  {"optimizer.onebit.scale", Kind::Enum, FIELD(optimizer.onebit.scale), any(), {"mean_abs", "l2"}, "1-bit Adam: per-chunk scale of the sign vector"},
-
-  {"comm.backend", Kind::Enum, FIELD(comm.backend), any(), {"mpi", "nccl"}, "transport"},
-  {"comm.allreduce", Kind::Enum, FIELD(comm.allreduce), any(), {"ring", "native"}, "ring = ringstep's ring AllReduce; native = the library's"},
-  {"comm.bucket_mb", Kind::Double, FIELD(comm.bucket_mb), above(0), {}, "gradient bucket size in MiB"},
-  {"comm.overlap", Kind::Bool, FIELD(comm.overlap), any(), {}, "start each bucket's AllReduce during backward"},
-  {"comm.link.bandwidth_gbps", Kind::Double, FIELD(comm.link.bandwidth_gbps), at_least(0), {}, "emulated link bandwidth in Gbit/s; 0 = no emulation"},
-  {"comm.link.latency_us", Kind::Double, FIELD(comm.link.latency_us), at_least(0), {}, "emulated per-message latency in microseconds; 0 = none"},
-
-  {"profile.enabled", Kind::Bool, FIELD(profile.enabled), any(), {}, "time every step"},
-  {"profile.log_every", Kind::Int, FIELD(profile.log_every), at_least(1), {}, "aggregate across ranks and print every N steps"},
-  {"profile.trace_steps", Kind::StepWindow, FIELD(profile.trace_steps), any(), {}, "Chrome trace of steps first..last (inclusive); [] = none"},
-  {"profile.peak_gflops", Kind::AutoDouble, FIELD(profile.peak_gflops), above(0), {}, "peak GFLOP/s per rank for MFU; auto = measured at start"},
-
-  {"checkpoint.every", Kind::Int, FIELD(checkpoint.every), at_least(0), {}, "save every N steps; 0 = never"},
-  {"checkpoint.keep", Kind::Int, FIELD(checkpoint.keep), at_least(1), {}, "checkpoints kept (oldest deleted first)"},
-  {"checkpoint.resume", Kind::String, FIELD(checkpoint.resume), any(), {}, "auto = latest in out_dir if any; never; or a checkpoint path"},
-};
-// clang-format on
-
-#undef FIELD
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::string number_text(double v) {
   char buf[64];
@@ -98,21 +21,35 @@ std::string number_text(double v) {
   return std::string(buf, res.ptr);
 }
 
-std::string quoted(std::string_view s) {
-  std::string out(1, '\'');
-  out += s;
-  out += '\'';
-  return out;
-}
+std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-std::string join(const std::vector<std::string_view>& items, std::string_view sep) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i) out += sep;
-    out += items[i];
+// Closed or open numeric bounds; unbounded by default.
+struct Range {
+  double lo = -kInf;
+  double hi = kInf;
+  bool lo_open = false;
+  bool hi_open = false;
+
+  bool contains(double v) const {
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
   }
-  return out;
-}
+  // ">= 1", "> 0", "in [0, 1)"; "" when unbounded.
+  std::string describe() const {
+    if (std::isfinite(lo) && std::isfinite(hi)) {
+      return std::string("in ") + (lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) +
+             (hi_open ? ")" : "]");
+    }
+    if (std::isfinite(lo)) return (lo_open ? "> " : ">= ") + number_text(lo);
+    return "";
+  }
+};
+
+constexpr Range at_least(double lo) { return {lo, kInf, false, false}; }
+constexpr Range above(double lo) { return {lo, kInf, true, false}; }
+constexpr Range closed(double lo, double hi) { return {lo, hi, false, false}; }
+constexpr Range half_open(double lo, double hi) { return {lo, hi, false, true}; }
+constexpr Range open_closed(double lo, double hi) { return {lo, hi, true, false}; }
+constexpr Range open(double lo, double hi) { return {lo, hi, true, true}; }
 
 // Parses the whole of S as a number (a leading '+' allowed); false on any leftover text.
 template <class T>
@@ -122,126 +59,14 @@ bool parse_number(std::string_view s, T& out) {
   return ec == std::errc() && ptr == s.data() + s.size();
 }
 
-// Throws "WHERE: 'KEY' must be WHAT, got GOT".
-[[noreturn]] void fail(const KeySpec& key, const Locator& loc, const YAML::Node& node,
-                       const std::string& what, const std::string& got) {
-  throw InputError(loc.at(node.Mark()) + ": '" + std::string(key.path) + "' must be " + what +
-                   ", got " + got);
-}
-
-std::string scalar_of(const KeySpec& key, const YAML::Node& node, const Locator& loc,
-                      const std::string& what) {
-  if (!node.IsScalar()) fail(key, loc, node, what, describe_node(node));
-  return node.Scalar();
-}
-
-void check_range(const KeySpec& key, const YAML::Node& node, const Locator& loc, double v,
-                 const std::string& prefix = "") {
-  if (!key.range.contains(v)) fail(key, loc, node, prefix + key.range.describe(), node.Scalar());
-}
-
-int decode_int(const KeySpec& key, const YAML::Node& node, const Locator& loc,
-               const std::string& what, const std::string& range_prefix = "") {
-  std::string text = scalar_of(key, node, loc, what);
-  long long v = 0;
-  if (!parse_number(text, v)) fail(key, loc, node, what, quoted(text));
-  check_range(key, node, loc, static_cast<double>(v), range_prefix);
-  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
-    fail(key, loc, node, "a 32-bit integer", text);
-  }
-  return static_cast<int>(v);
-}
-
-double decode_double(const KeySpec& key, const YAML::Node& node, const Locator& loc,
-                     const std::string& what, const std::string& range_prefix = "") {
-  std::string text = scalar_of(key, node, loc, what);
-  double v = 0;
-  if (!parse_number(text, v)) fail(key, loc, node, what, quoted(text));
-  if (!std::isfinite(v)) fail(key, loc, node, "finite", text);
-  check_range(key, node, loc, v, range_prefix);
-  return v;
-}
-
-// The phrase after "must be" for a wrong type.
-std::string expected(const KeySpec& key) {
-  switch (key.kind) {
-    case Kind::Int:
-      return "an integer";
-    case Kind::Uint64:
-      return "a non-negative integer";
-    case Kind::Double:
-      return "a number";
-    case Kind::Bool:
-      return "true or false";
-    case Kind::String:
-      return "a non-empty string";
-    case Kind::Enum:
-      return "one of " + join(key.choices, ", ");
-    case Kind::NullablePath:
-      return "null or a path";
-    case Kind::AutoInt:
-      return "auto or an integer";
-    case Kind::AutoDouble:
-      return "auto or a number";
-    case Kind::DoublePair:
-      return "a list of 2 numbers";
-    case Kind::StepWindow:
-      return "[] or [first, last] with 0 < first <= last";
-  }
-  return "";
-}
-
-std::string list_text(const YAML::Node& node) {
+// NODE as the user wrote it, for "got ...": "[7, 5]" for a list, else describe_node.
+std::string got_text(const YAML::Node& node) {
+  if (!node.IsSequence()) return describe_node(node);
   std::string out = "[";
   for (size_t i = 0; i < node.size(); ++i) {
-    if (i) out += ", ";
-    out += node[i].IsScalar() ? node[i].Scalar() : describe_node(node[i]);
+    out += (i ? ", " : "") + (node[i].IsScalar() ? node[i].Scalar() : describe_node(node[i]));
   }
   return out + "]";
-}
-
-void decode_enum(const KeySpec& key, const YAML::Node& node, const Locator& loc, std::string& out) {
-  std::string text = scalar_of(key, node, loc, expected(key));
-  if (std::find(key.choices.begin(), key.choices.end(), text) != key.choices.end()) {
-    out = text;
-    return;
-  }
-  std::string got = quoted(text);
-  std::string_view hint = nearest(text, key.choices);
-  if (!hint.empty()) got += "; did you mean " + quoted(hint) + "?";
-  fail(key, loc, node, expected(key), got);
-}
-
-std::array<double, 2> decode_pair(const KeySpec& key, const YAML::Node& node, const Locator& loc) {
-  if (!node.IsSequence() || node.size() != 2) {
-    fail(key, loc, node, expected(key), node.IsSequence() ? list_text(node) : describe_node(node));
-  }
-  std::array<double, 2> out{};
-  for (size_t i = 0; i < 2; ++i) {
-    out[i] = decode_double(key, node[i], loc, "a list of 2 numbers", "a list of 2 numbers each ");
-  }
-  return out;
-}
-
-std::vector<int> decode_window(const KeySpec& key, const YAML::Node& node, const Locator& loc) {
-  bool shape_ok = node.IsSequence() && (node.size() == 0 || node.size() == 2);
-  if (!shape_ok) {
-    fail(key, loc, node, expected(key), node.IsSequence() ? list_text(node) : describe_node(node));
-  }
-  std::vector<int> out;
-  for (size_t i = 0; i < node.size(); ++i)
-    out.push_back(decode_int(key, node[i], loc, expected(key)));
-  if (!out.empty() && !(0 < out[0] && out[0] <= out[1])) {
-    fail(key, loc, node, expected(key), list_text(node));
-  }
-  return out;
-}
-
-bool decode_bool(const KeySpec& key, const YAML::Node& node, const Locator& loc) {
-  std::string text = scalar_of(key, node, loc, expected(key));
-  bool v = false;
-  if (!YAML::convert<bool>::decode(node, v)) fail(key, loc, node, expected(key), quoted(text));
-  return v;
 }
 
 // Whether a YAML reader would take S as something other than a string (bool, null, number),
@@ -262,6 +87,283 @@ void emit_string(YAML::Emitter& out, const std::string& s) {
   out << s;
 }
 
+std::string inline_yaml(const std::function<void(YAML::Emitter&)>& write) {
+  YAML::Emitter out;
+  out.SetNullFormat(YAML::LowerNull);
+  write(out);
+  return out.c_str();
+}
+
+// One value being read: the key it is for and where it stands, for the messages.
+struct Value {
+  std::string_view path;
+  YAML::Node node;
+  const Locator& loc;
+
+  // Throws "WHERE: 'KEY' must be WHAT, got GOT".
+  [[noreturn]] void fail(const std::string& what, const std::string& got) const {
+    throw InputError(loc.at(node.Mark()) + ": '" + std::string(path) + "' must be " + what +
+                     ", got " + got);
+  }
+  // The scalar's text; anything else fails with WHAT.
+  std::string scalar(const std::string& what) const {
+    if (!node.IsScalar()) fail(what, describe_node(node));
+    return node.Scalar();
+  }
+  Value item(size_t i) const { return {path, node[i], loc}; }
+};
+
+// How one kind of value is read (checking type and range), written and documented.
+template <class T>
+struct Codec {
+  std::string type;   // the docs' type column
+  std::string range;  // the docs' range column; "" = any
+  std::function<T(const Value&)> read;
+  std::function<void(YAML::Emitter&, const T&)> write;
+  // What to use in place of a value this build refuses; "" when the value is built.
+  std::function<std::string(const T&)> refuse = [](const T&) { return std::string(); };
+};
+
+// A number of type T (int: 32 bits; uint64_t; double: finite) in RANGE. WHAT is the phrase
+// for a wrong type ("an integer"); PREFIX goes before the range's ("auto or >= 1").
+template <class T>
+T read_number(const Value& v, const Range& range, const std::string& what,
+              const std::string& prefix = "") {
+  std::string text = v.scalar(what);
+  std::conditional_t<std::is_same_v<T, int>, long long, T> x = 0;
+  if (!parse_number(text, x)) v.fail(what, quoted(text));
+  if (!std::isfinite(double(x))) v.fail("finite", text);
+  if (!range.contains(double(x))) v.fail(prefix + range.describe(), text);
+  if (x != T(x)) v.fail("a 32-bit integer", text);  // an int out of range
+  return T(x);
+}
+
+// Each number type's name in the docs and phrase after "must be".
+template <class T>
+constexpr std::array<const char*, 2> kNumberWords = {"float", "a number"};
+template <>
+constexpr std::array<const char*, 2> kNumberWords<int> = {"int", "an integer"};
+template <>
+constexpr std::array<const char*, 2> kNumberWords<uint64_t> = {"uint64", "a non-negative integer"};
+
+// A number of type T in RANGE; WITH_AUTO: or the word auto, stored as 0.
+template <class T>
+Codec<T> number(Range range = {}, bool with_auto = false) {
+  const std::string pre = with_auto ? "auto or " : "", what = pre + kNumberWords<T>[1];
+  return {pre + kNumberWords<T>[0], range.describe(),
+          [=](const Value& v) {
+            bool is_auto = with_auto && v.node.IsScalar() && v.node.Scalar() == "auto";
+            return is_auto ? T(0) : read_number<T>(v, range, what, pre);
+          },
+          [=](YAML::Emitter& out, const T& x) {
+            if (with_auto && x == 0)
+              out << "auto";
+            else if constexpr (std::is_floating_point_v<T>)
+              out << format_double(x);
+            else
+              out << x;
+          }};
+}
+constexpr bool kAuto = true;
+
+Codec<bool> boolean() {
+  return {"bool", "",
+          [](const Value& v) {
+            std::string text = v.scalar("true or false");
+            bool x = false;
+            if (!YAML::convert<bool>::decode(v.node, x)) v.fail("true or false", quoted(text));
+            return x;
+          },
+          [](YAML::Emitter& out, const bool& x) { out << x; }};
+}
+
+Codec<std::string> text() {
+  return {"string", "non-empty",
+          [](const Value& v) {
+            std::string s = v.scalar("a non-empty string");
+            if (s.empty()) v.fail("a non-empty string", "''");
+            return s;
+          },
+          emit_string};
+}
+
+// A path, or YAML null (or "") for none, stored as "".
+Codec<std::string> path_or_null() {
+  return {"path or null", "",
+          [](const Value& v) { return v.node.IsNull() ? "" : v.scalar("null or a path"); },
+          [](YAML::Emitter& out, const std::string& s) {
+            if (s.empty())
+              out << YAML::Null;
+            else
+              emit_string(out, s);
+          }};
+}
+
+Codec<std::array<double, 2>> pair(Range range) {
+  const std::string what = "a list of 2 numbers";
+  return {"[float, float]", "each " + range.describe(),
+          [=](const Value& v) {
+            if (!v.node.IsSequence() || v.node.size() != 2) v.fail(what, got_text(v.node));
+            return std::array<double, 2>{
+                read_number<double>(v.item(0), range, what, what + " each "),
+                read_number<double>(v.item(1), range, what, what + " each ")};
+          },
+          [](YAML::Emitter& out, const std::array<double, 2>& p) {
+            out << YAML::Flow << YAML::BeginSeq << format_double(p[0]) << format_double(p[1])
+                << YAML::EndSeq;
+          }};
+}
+
+// [first, last] (inclusive, 1-based) or [] for none.
+Codec<std::vector<int>> step_window() {
+  const std::string what = "[] or [first, last] with 0 < first <= last";
+  return {"[int, int] or []", "0 < first <= last",
+          [=](const Value& v) {
+            const YAML::Node& n = v.node;
+            if (!n.IsSequence() || (n.size() != 0 && n.size() != 2)) v.fail(what, got_text(n));
+            std::vector<int> w;
+            for (size_t i = 0; i < n.size(); ++i)
+              w.push_back(read_number<int>(v.item(i), {}, what));
+            if (!w.empty() && !(0 < w[0] && w[0] <= w[1])) v.fail(what, got_text(n));
+            return w;
+          },
+          [](YAML::Emitter& out, const std::vector<int>& w) {
+            out << YAML::Flow << YAML::BeginSeq;
+            for (int x : w) out << x;
+            out << YAML::EndSeq;
+          }};
+}
+
+// One of E's names (its enum_names table). The values in NOT_BUILT are refused at load.
+template <NamedEnum E>
+Codec<E> choice(std::vector<E> not_built = {}) {
+  const std::string what = "one of " + names_of<E>();
+  std::vector<std::string_view> names;
+  std::string doc, built;
+  for (const EnumName<E>& n : enum_names(E{})) {
+    const bool off = std::find(not_built.begin(), not_built.end(), n.value) != not_built.end();
+    names.push_back(n.name);
+    doc += (doc.empty() ? "" : ", ") + std::string(n.name) + (off ? " (not built yet)" : "");
+    if (!off) built += (built.empty() ? "" : " or ") + std::string(n.name);
+  }
+  Codec<E> c{"enum", doc,
+             [=](const Value& v) {
+               std::string s = v.scalar(what);
+               if (std::optional<E> x = find_name<E>(s)) return *x;
+               std::string_view hint = nearest(s, names);
+               v.fail(what,
+                      quoted(s) + (hint.empty() ? "" : "; did you mean " + quoted(hint) + "?"));
+             },
+             [](YAML::Emitter& out, const E& x) { out << name(x); }};
+  c.refuse = [=](const E& x) {
+    return std::find(not_built.begin(), not_built.end(), x) != not_built.end() ? built : "";
+  };
+  return c;
+}
+
+// Built::no marks a key whose feature does not exist yet: any value but the default is
+// refused at load, so that nothing is silently ignored.
+enum class Built { yes, no };
+
+// One row: GET(config) is the key's field, CODEC reads and writes it.
+template <class T, class Get>
+KeySpec key(std::string_view path, Get get, Codec<T> c, std::string_view doc,
+            Built built = Built::yes) {
+  if (built == Built::no) {
+    static const Config kDefaults;
+    const T def = get(kDefaults);
+    const std::string def_text = inline_yaml([&](YAML::Emitter& out) { c.write(out, def); });
+    c.refuse = [=](const T& x) { return x == def ? "" : def_text + " (the default)"; };
+    c.range += (c.range.empty() ? "" : "; ") + ("not built yet: only " + def_text);
+  }
+  KeySpec k{path, c.type, c.range, doc, nullptr, nullptr};
+  k.decode = [path, get, c](const YAML::Node& node, const Locator& loc, Config& cfg) {
+    T x = c.read(Value{path, node, loc});
+    if (std::string use = c.refuse(x); !use.empty()) {
+      throw InputError(loc.at(node.Mark()) + ": '" + std::string(path) + "': " +
+                       describe_node(node) + " is not implemented yet in this build; use " + use);
+    }
+    get(cfg) = std::move(x);
+  };
+  k.encode = [get, c](const Config& cfg, YAML::Emitter& out) { c.write(out, get(cfg)); };
+  return k;
+}
+
+// A key's dotted path is the path of its field in Config.
+#define KEY(member) \
+#member, [](auto& c) -> auto& { return c.member; }
+
+// clang-format off
+const std::vector<KeySpec> kSchema = {
+  key(KEY(run.name), text(), "run name, shown in logs and the summary"),
+  key(KEY(run.out_dir), text(), "run directory: config.yaml, steps.jsonl, trace/, checkpoints/"),
+  key(KEY(run.seed), number<uint64_t>(), "seed for weight init and data; same config, seed and world size give the same losses"),
+  key(KEY(run.device), choice<Device>({Device::cuda}), "where the model runs"),
+  key(KEY(run.threads), number<int>(at_least(1), kAuto), "CPU threads per rank; auto = cores / ranks on this node"),
+
+  key(KEY(model.vocab_size), number<int>(closed(2, 65536)), "vocabulary size (tokens are uint16 on disk)"),
+  key(KEY(model.seq_len), number<int>(at_least(1)), "context length T in tokens"),
+  key(KEY(model.d_model), number<int>(at_least(1)), "hidden width C; must be divisible by n_heads"),
+  key(KEY(model.n_layers), number<int>(at_least(1)), "number of Transformer blocks L"),
+  key(KEY(model.n_heads), number<int>(at_least(1)), "attention heads per block"),
+
+  key(KEY(data.source), choice<DataSourceKind>(), "synthetic = seeded Markov source with a known entropy floor; file = token file"),
+  key(KEY(data.path), path_or_null(), "token file (from `ringstep prepare`); required when source is file"),
+  key(KEY(data.val_path), path_or_null(), "held-out token file; null = the tail of path"),
+
+  key(KEY(train.steps), number<int>(at_least(1)), "optimizer steps"),
+  key(KEY(train.micro_batch), number<int>(at_least(1)), "sequences per rank per forward/backward"),
+  key(KEY(train.grad_accum_steps), number<int>(at_least(1)), "micro-batches accumulated per optimizer step"),
+  key(KEY(train.global_batch), number<int>(at_least(0)), "0 = derived; else must equal micro_batch x grad_accum_steps x world_size"),
+  key(KEY(train.lr), number<double>(above(0)), "peak learning rate"),
+  key(KEY(train.min_lr_ratio), number<double>(closed(0, 1)), "final lr = lr x min_lr_ratio (cosine, linear)"),
+  key(KEY(train.warmup_steps), number<int>(at_least(0)), "linear warmup from 0 to lr; may exceed steps"),
+  key(KEY(train.schedule), choice<LrScheduleKind>(), "lr decay after warmup"),
+  key(KEY(train.weight_decay), number<double>(at_least(0)), "decoupled (AdamW) weight decay on matrices"),
+  key(KEY(train.grad_clip), number<double>(at_least(0)), "clip the global gradient norm to this; 0 = off"),
+  key(KEY(train.eval_every), number<int>(at_least(0)), "validation loss every N steps; 0 = only at the end"),
+  key(KEY(train.eval_batches), number<int>(at_least(1)), "micro-batches per validation pass"),
+  key(KEY(train.check_replicas_every), number<int>(at_least(0)), "check every N steps that all ranks hold identical weights; 0 = never"),
+
+  key(KEY(precision.dtype), choice<DType>(), "activation and matmul-input dtype; master weights stay fp32"),
+  key(KEY(precision.loss_scale.mode), choice<LossScaleMode>(), "loss scaling; auto = dynamic for fp16, none for bf16 and fp32 (they have fp32's exponent range); see docs/precision.md"),
+  key(KEY(precision.loss_scale.initial), number<double>(open_closed(0, kMaxLossScale)), "starting scale (the scale for static); at most 2^24, see docs/precision.md"),
+  key(KEY(precision.loss_scale.growth_factor), number<double>(above(1)), "scale *= this after growth_interval clean steps in a row (never above 2^24)"),
+  key(KEY(precision.loss_scale.backoff_factor), number<double>(open(0, 1)), "scale *= this on an overflow once hysteresis has run out (never below min_scale)"),
+  key(KEY(precision.loss_scale.growth_interval), number<int>(at_least(1)), "clean steps in a row before the scale grows"),
+  key(KEY(precision.loss_scale.hysteresis), number<int>(at_least(1)), "overflows before the first backoff; re-armed only when the scale grows"),
+  key(KEY(precision.loss_scale.min_scale), number<double>(open_closed(0, kMaxLossScale)), "floor for the scale; must be <= initial"),
+  key(KEY(precision.loss_scale.max_consecutive_skips), number<int>(at_least(1)), "stop the run after this many skipped (inf/NaN) steps in a row, in every mode"),
+
+  key(KEY(recompute.policy), choice<RecomputePolicy>(), "activation recomputation: none, every block, every k-th block, attention only"),
+  key(KEY(recompute.k), number<int>(at_least(1)), "for every_k: recompute blocks whose index is a multiple of k"),
+
+  key(KEY(optimizer.name), choice<OptimizerKind>({OptimizerKind::onebit_adam}), "optimizer"),
+  key(KEY(optimizer.betas), pair(half_open(0, 1)), "Adam beta1, beta2"),
+  key(KEY(optimizer.eps), number<double>(above(0)), "Adam epsilon"),
+  key(KEY(optimizer.onebit.freeze_step), number<int>(at_least(0)), "1-bit Adam: full-precision warmup steps before the variance freezes"),
+  key(KEY(optimizer.onebit.scale), choice<OneBitScale>(), "1-bit Adam: per-chunk scale of the sign vector"),
+
+  key(KEY(comm.backend), choice<CommBackend>({CommBackend::nccl}), "transport"),
+  key(KEY(comm.allreduce), choice<AllreduceAlgo>(), "ring = ringstep's ring AllReduce; native = the library's"),
+  key(KEY(comm.bucket_mb), number<double>(above(0)), "gradient bucket size in MiB"),
+  key(KEY(comm.overlap), boolean(), "start each bucket's AllReduce during backward"),
+  key(KEY(comm.link.bandwidth_gbps), number<double>(at_least(0)), "emulated link bandwidth in Gbit/s; 0 = no emulation"),
+  key(KEY(comm.link.latency_us), number<double>(at_least(0)), "emulated per-message latency in microseconds; 0 = none"),
+
+  key(KEY(profile.enabled), boolean(), "time every step"),
+  key(KEY(profile.log_every), number<int>(at_least(1)), "aggregate across ranks and print every N steps"),
+  key(KEY(profile.trace_steps), step_window(), "Chrome trace of steps first..last (inclusive); [] = none"),
+  key(KEY(profile.peak_gflops), number<double>(above(0), kAuto), "peak GFLOP/s per rank for MFU; auto = measured at start"),
+
+  key(KEY(checkpoint.every), number<int>(at_least(0)), "save every N steps; 0 = never", Built::no),
+  key(KEY(checkpoint.keep), number<int>(at_least(1)), "checkpoints kept (oldest deleted first)", Built::no),
+  key(KEY(checkpoint.resume), text(), "auto = latest in out_dir if any; never; or a checkpoint path", Built::no),
+};
+// clang-format on
+
+#undef KEY
+
 }  // namespace
 
 std::string describe_node(const YAML::Node& node) {
@@ -275,23 +377,6 @@ std::string describe_node(const YAML::Node& node) {
     default:
       return "null";
   }
-}
-
-bool Range::contains(double v) const {
-  bool lo_ok = lo_open ? v > lo : v >= lo;
-  bool hi_ok = hi_open ? v < hi : v <= hi;
-  return lo_ok && hi_ok;
-}
-
-std::string Range::describe() const {
-  bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
-  if (has_lo && has_hi) {
-    return std::string("in ") + (lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) +
-           (hi_open ? ")" : "]");
-  }
-  if (has_lo) return (lo_open ? "> " : ">= ") + number_text(lo);
-  if (has_hi) return (hi_open ? "< " : "<= ") + number_text(hi);
-  return "";
 }
 
 std::string Locator::at(const YAML::Mark& mark) const {
@@ -308,162 +393,8 @@ const KeySpec* find_key(std::string_view path) {
   return nullptr;
 }
 
-void decode(const KeySpec& key, const YAML::Node& node, Config& cfg, const Locator& loc) {
-  FieldRef field = key.field(cfg);
-  switch (key.kind) {
-    case Kind::Int:
-      *std::get<int*>(field) = decode_int(key, node, loc, expected(key));
-      return;
-    case Kind::Uint64: {
-      std::string text = scalar_of(key, node, loc, expected(key));
-      if (!parse_number(text, *std::get<uint64_t*>(field))) {
-        fail(key, loc, node, expected(key), quoted(text));
-      }
-      return;
-    }
-    case Kind::Double:
-      *std::get<double*>(field) = decode_double(key, node, loc, expected(key));
-      return;
-    case Kind::Bool:
-      *std::get<bool*>(field) = decode_bool(key, node, loc);
-      return;
-    case Kind::String: {
-      std::string text = scalar_of(key, node, loc, expected(key));
-      if (text.empty()) fail(key, loc, node, expected(key), "''");
-      *std::get<std::string*>(field) = text;
-      return;
-    }
-    case Kind::Enum:
-      decode_enum(key, node, loc, *std::get<std::string*>(field));
-      return;
-    case Kind::NullablePath:
-      *std::get<std::string*>(field) =
-          node.IsNull() ? "" : scalar_of(key, node, loc, expected(key));
-      return;
-    case Kind::AutoInt:
-      *std::get<int*>(field) = node.IsScalar() && node.Scalar() == "auto"
-                                   ? 0
-                                   : decode_int(key, node, loc, expected(key), "auto or ");
-      return;
-    case Kind::AutoDouble:
-      *std::get<double*>(field) = node.IsScalar() && node.Scalar() == "auto"
-                                      ? 0.0
-                                      : decode_double(key, node, loc, expected(key), "auto or ");
-      return;
-    case Kind::DoublePair:
-      *std::get<std::array<double, 2>*>(field) = decode_pair(key, node, loc);
-      return;
-    case Kind::StepWindow:
-      *std::get<std::vector<int>*>(field) = decode_window(key, node, loc);
-      return;
-  }
-}
-
-void encode(const KeySpec& key, const Config& cfg, YAML::Emitter& out) {
-  // The field getter needs a mutable Config; nothing here writes through it.
-  FieldRef field = key.field(const_cast<Config&>(cfg));
-  switch (key.kind) {
-    case Kind::Int:
-      out << *std::get<int*>(field);
-      return;
-    case Kind::Uint64:
-      out << *std::get<uint64_t*>(field);
-      return;
-    case Kind::Double:
-      out << format_double(*std::get<double*>(field));
-      return;
-    case Kind::Bool:
-      out << *std::get<bool*>(field);
-      return;
-    case Kind::String:
-    case Kind::Enum:
-      emit_string(out, *std::get<std::string*>(field));
-      return;
-    case Kind::NullablePath: {
-      const std::string& s = *std::get<std::string*>(field);
-      if (s.empty()) {
-        out << YAML::Null;
-      } else {
-        emit_string(out, s);
-      }
-      return;
-    }
-    case Kind::AutoInt: {
-      int v = *std::get<int*>(field);
-      if (v == 0) {
-        out << "auto";
-      } else {
-        out << v;
-      }
-      return;
-    }
-    case Kind::AutoDouble: {
-      double v = *std::get<double*>(field);
-      out << (v == 0.0 ? std::string("auto") : format_double(v));
-      return;
-    }
-    case Kind::DoublePair: {
-      const auto& pair = *std::get<std::array<double, 2>*>(field);
-      out << YAML::Flow << YAML::BeginSeq << format_double(pair[0]) << format_double(pair[1])
-          << YAML::EndSeq;
-      return;
-    }
-    case Kind::StepWindow:
-      out << YAML::Flow << YAML::BeginSeq;
-      for (int v : *std::get<std::vector<int>*>(field)) out << v;
-      out << YAML::EndSeq;
-      return;
-  }
-}
-
 std::string encode_inline(const KeySpec& key, const Config& cfg) {
-  YAML::Emitter out;
-  out.SetNullFormat(YAML::LowerNull);
-  encode(key, cfg, out);
-  return out.c_str();
-}
-
-std::string type_name(const KeySpec& key) {
-  switch (key.kind) {
-    case Kind::Int:
-      return "int";
-    case Kind::Uint64:
-      return "uint64";
-    case Kind::Double:
-      return "float";
-    case Kind::Bool:
-      return "bool";
-    case Kind::String:
-      return "string";
-    case Kind::Enum:
-      return "enum";
-    case Kind::NullablePath:
-      return "path or null";
-    case Kind::AutoInt:
-      return "auto or int";
-    case Kind::AutoDouble:
-      return "auto or float";
-    case Kind::DoublePair:
-      return "[float, float]";
-    case Kind::StepWindow:
-      return "[int, int] or []";
-  }
-  return "";
-}
-
-std::string range_summary(const KeySpec& key) {
-  switch (key.kind) {
-    case Kind::Enum:
-      return join(key.choices, ", ");
-    case Kind::DoublePair:
-      return "each " + key.range.describe();
-    case Kind::StepWindow:
-      return "0 < first <= last";
-    case Kind::String:
-      return "non-empty";
-    default:
-      return key.range.describe();
-  }
+  return inline_yaml([&](YAML::Emitter& out) { key.encode(cfg, out); });
 }
 
 std::string format_double(double v) {

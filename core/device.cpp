@@ -6,11 +6,9 @@
 
 namespace ringstep {
 
-const char* device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
-
 void require_device(Device d, const char* what) {
   if (d == Device::cpu) return;
-  throw InputError(std::string(what) + ": device " + device_name(d) +
+  throw InputError(std::string(what) + ": device " + name(d) +
                    " is not available in this build (only cpu allocates and runs ops)");
 }
 

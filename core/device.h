@@ -3,13 +3,17 @@
 // later CUDA backend adds the device side; core/cuda/device.h only probes for a GPU).
 #pragma once
 
+#include <array>
 #include <cstdint>
+
+#include "core/enum_names.h"
 
 namespace ringstep {
 
 enum class Device : uint8_t { cpu, cuda };
-
-const char* device_name(Device d);  // "cpu", "cuda"
+constexpr auto enum_names(Device) {
+  return std::to_array<EnumName<Device>>({{Device::cpu, "cpu"}, {Device::cuda, "cuda"}});
+}
 
 // Throws InputError("WHAT: device cuda is not available in this build ...") unless D is
 // a device this build can allocate on and run ops on.

@@ -6,8 +6,6 @@
 
 #include <bit>
 
-#include "core/error.h"
-
 #if defined(__F16C__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -15,25 +13,6 @@
 namespace ringstep {
 
 size_t dtype_size(DType dt) { return dt == DType::f32 ? 4 : 2; }
-
-const char* dtype_name(DType dt) {
-  switch (dt) {
-    case DType::f32:
-      return "fp32";
-    case DType::f16:
-      return "fp16";
-    case DType::bf16:
-      return "bf16";
-  }
-  return "?";
-}
-
-DType parse_dtype(const std::string& name) {
-  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
-    if (name == dtype_name(dt)) return dt;
-  }
-  throw InputError("unknown dtype '" + name + "'; expected one of: fp32, fp16, bf16");
-}
 
 uint16_t fp32_to_fp16(float x) {
   const uint32_t bits = std::bit_cast<uint32_t>(x);

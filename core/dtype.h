@@ -7,14 +7,20 @@
 #include <cstdint>
 #include <string>
 
+#include "core/enum_names.h"
+
 namespace ringstep {
 
 enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
+constexpr auto enum_names(DType) {
+  return std::to_array<EnumName<DType>>(
+      {{DType::f32, "fp32"}, {DType::bf16, "bf16"}, {DType::f16, "fp16"}});
+}
 
 size_t dtype_size(DType dt);
-const char* dtype_name(DType dt);  // "fp32", "fp16", "bf16"
-// Parses "fp32" | "fp16" | "bf16"; throws InputError otherwise.
-DType parse_dtype(const std::string& name);
+inline const char* dtype_name(DType dt) { return name(dt); }  // "fp32", "bf16", "fp16"
+// Parses "fp32" | "bf16" | "fp16"; throws InputError otherwise.
+inline DType parse_dtype(const std::string& text) { return parse_name<DType>(text, "dtype"); }
 
 uint16_t fp32_to_fp16(float x);
 float fp16_to_fp32(uint16_t h);

@@ -59,13 +59,6 @@ void Gpt::init(uint64_t seed) {
   }
 }
 
-RecomputePolicy parse_recompute_policy(const std::string& name) {
-  if (name == "none") return RecomputePolicy::none;
-  if (name == "full") return RecomputePolicy::full;
-  if (name == "every_k") return RecomputePolicy::every_k;
-  if (name == "selective") return RecomputePolicy::selective;
-  throw InputError("recompute.policy: '" + name + "' is not one of none, full, every_k, selective");
-}
 
 Gpt::Keep Gpt::keep(int layer) const {
   switch (opt_.recompute) {

@@ -33,10 +33,6 @@
 
 namespace ringstep {
 
-enum class RecomputePolicy { none, full, every_k, selective };
-// "none" | "full" | "every_k" | "selective"; throws InputError otherwise.
-RecomputePolicy parse_recompute_policy(const std::string& name);
-
 struct GptOptions {
   DType act_dtype = DType::f32;  // storage of saved activations: f32, bf16 or f16
   RecomputePolicy recompute = RecomputePolicy::none;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <stdexcept>
 #include <vector>
 
 namespace ringstep {
@@ -18,16 +17,14 @@ std::string num(double v) {
 
 }  // namespace
 
-std::string resolved_loss_scale_mode(const PrecisionConfig& cfg) {
-  if (cfg.loss_scale.mode != "auto") return cfg.loss_scale.mode;
-  return cfg.dtype == "fp16" ? "dynamic" : "none";
+LossScaleMode resolved_loss_scale_mode(const PrecisionConfig& cfg) {
+  if (cfg.loss_scale.mode != LossScaleMode::auto_) return cfg.loss_scale.mode;
+  return cfg.dtype == DType::f16 ? LossScaleMode::dynamic : LossScaleMode::none;
 }
 
 LossScaler::LossScaler(const PrecisionConfig& cfg)
     : cfg_(cfg.loss_scale), dtype_(cfg.dtype), mode_(resolved_loss_scale_mode(cfg)) {
-  if (mode_ != "dynamic" && mode_ != "static" && mode_ != "none")
-    throw std::invalid_argument("LossScaler: unknown loss scale mode '" + mode_ + "'");
-  state_.scale = mode_ == "none" ? 1.0 : cfg_.initial;
+  state_.scale = mode_ == LossScaleMode::none ? 1.0 : cfg_.initial;
   state_.hysteresis_tracker = cfg_.hysteresis;
 }
 
@@ -55,7 +52,7 @@ bool LossScaler::update(bool found_inf) {
   if (found_inf) {
     ++s.consecutive_skips;
     ++s.skipped_total;
-    if (mode_ == "dynamic") {
+    if (mode_ == LossScaleMode::dynamic) {
       // Megatron-LM: hysteresis is re-armed only at growth, so once it has run out every
       // further overflow backs off. Clamped at 0, which `<= 0` in Megatron treats alike.
       s.growth_tracker = 0;
@@ -66,7 +63,7 @@ bool LossScaler::update(bool found_inf) {
     return false;
   }
   s.consecutive_skips = 0;
-  if (mode_ == "dynamic" && ++s.growth_tracker >= cfg_.growth_interval) {
+  if (mode_ == LossScaleMode::dynamic && ++s.growth_tracker >= cfg_.growth_interval) {
     s.growth_tracker = 0;
     s.hysteresis_tracker = cfg_.hysteresis;
     s.scale = std::min(s.scale * cfg_.growth_factor, kMaxLossScale);
@@ -83,14 +80,14 @@ std::string LossScaler::stop_message() const {
   std::string msg = std::to_string(s.consecutive_skips) +
                     " optimizer steps in a row were skipped because the gradients held inf or "
                     "NaN (precision.loss_scale.max_consecutive_skips is " +
-                    std::to_string(cfg_.max_consecutive_skips) + "; dtype " + dtype_ +
-                    ", loss scale mode " + mode_ + ", scale now " + num(s.scale) + "). ";
-  if (mode_ == "dynamic" && s.scale > cfg_.min_scale) {
+                    std::to_string(cfg_.max_consecutive_skips) + "; dtype " + name(dtype_) +
+                    ", loss scale mode " + name(mode_) + ", scale now " + num(s.scale) + "). ";
+  if (mode_ == LossScaleMode::dynamic && s.scale > cfg_.min_scale) {
     msg += "The scale had not yet backed off to min_scale (" + num(cfg_.min_scale) +
            "): raise precision.loss_scale.max_consecutive_skips, or lower "
            "precision.loss_scale.hysteresis (" +
            std::to_string(cfg_.hysteresis) + ") or precision.loss_scale.initial. Otherwise ";
-  } else if (mode_ == "dynamic") {
+  } else if (mode_ == LossScaleMode::dynamic) {
     msg +=
         "The scale is at min_scale and the gradients still overflow, so the model itself "
         "produces inf/NaN";
@@ -98,7 +95,7 @@ std::string LossScaler::stop_message() const {
                                       " is too high: lower precision.loss_scale.min_scale). "
                                 : ". ";
     msg += "Try: ";
-  } else if (mode_ == "static") {
+  } else if (mode_ == LossScaleMode::static_) {
     msg += "A static scale of " + num(s.scale) +
            " overflows: use precision.loss_scale.mode auto (dynamic for fp16) or a lower "
            "precision.loss_scale.initial. Otherwise ";
@@ -106,16 +103,16 @@ std::string LossScaler::stop_message() const {
     msg += "Nothing is scaled (mode none), so the gradients themselves are not finite. Try: ";
   }
   msg += "lower train.lr or lengthen train.warmup_steps; check the data (a bad token file)";
-  if (dtype_ == "fp16") msg += "; use precision.dtype bf16 (fp32's range, no scaling needed)";
+  if (dtype_ == DType::f16) msg += "; use precision.dtype bf16 (fp32's range, no scaling needed)";
   msg += "; resume from the last good checkpoint (checkpoint.every).";
   return msg;
 }
 
 std::string loss_scale_warning(const PrecisionConfig& cfg) {
   const LossScaleConfig& ls = cfg.loss_scale;
-  const std::string mode = resolved_loss_scale_mode(cfg);
+  const LossScaleMode mode = resolved_loss_scale_mode(cfg);
   std::vector<std::string> lines;
-  if (cfg.dtype == "fp16" && mode == "none") {
+  if (cfg.dtype == DType::f16 && mode == LossScaleMode::none) {
     lines.push_back(
         "precision.dtype is fp16 with precision.loss_scale.mode none: gradients below 2^-24 "
         "(6e-8) round to zero in fp16 and those below 2^-14 lose precision, so small updates "
@@ -123,12 +120,12 @@ std::string loss_scale_warning(const PrecisionConfig& cfg) {
         "gradients are still skipped). Use mode auto (dynamic for fp16) or precision.dtype "
         "bf16.");
   }
-  if (cfg.dtype == "fp16" && mode == "static" && ls.initial <= 1.0) {
+  if (cfg.dtype == DType::f16 && mode == LossScaleMode::static_ && ls.initial <= 1.0) {
     lines.push_back("precision.loss_scale.mode is static with initial " + num(ls.initial) +
                     " under fp16: nothing is scaled up, so small gradients underflow as with "
                     "mode none. Use a larger static scale (e.g. 1024) or mode dynamic.");
   }
-  if (mode == "dynamic" && ls.hysteresis >= ls.max_consecutive_skips) {
+  if (mode == LossScaleMode::dynamic && ls.hysteresis >= ls.max_consecutive_skips) {
     lines.push_back("precision.loss_scale.hysteresis (" + std::to_string(ls.hysteresis) +
                     ") >= max_consecutive_skips (" + std::to_string(ls.max_consecutive_skips) +
                     "): a burst of overflows stops the run before the scale first backs off. "

@@ -34,16 +34,16 @@ struct LossScalerState {
   bool operator==(const LossScalerState&) const = default;
 };
 
-// "dynamic", "static" or "none": auto is dynamic for fp16 and none for bf16 and fp32
+// dynamic, static_ or none, never auto_: auto is dynamic for fp16 and none for bf16 and fp32
 // (both have fp32's 8-bit exponent, so their gradients do not underflow earlier than fp32).
-std::string resolved_loss_scale_mode(const PrecisionConfig& cfg);
+LossScaleMode resolved_loss_scale_mode(const PrecisionConfig& cfg);
 
 class LossScaler {
  public:
   // CFG must have passed the config checks (core/config.h); auto is resolved here.
   explicit LossScaler(const PrecisionConfig& cfg);
 
-  const std::string& mode() const { return mode_; }
+  LossScaleMode mode() const { return mode_; }  // resolved: never auto_
   // Multiply the loss (or the gradient of the loss) by this before backward.
   double scale() const { return state_.scale; }
 
@@ -67,8 +67,8 @@ class LossScaler {
 
  private:
   LossScaleConfig cfg_;
-  std::string dtype_;
-  std::string mode_;
+  DType dtype_;
+  LossScaleMode mode_;
   LossScalerState state_;
 };
 

@@ -2,12 +2,12 @@
 // cosine | linear decay to lr * min_lr_ratio at `steps`, or constant. Steps are 0-based.
 #pragma once
 
-#include <string>
+#include "core/config.h"  // LrScheduleKind
 
 namespace ringstep {
 
 struct LrSchedule {
-  std::string kind = "cosine";  // cosine | linear | constant
+  LrScheduleKind kind = LrScheduleKind::cosine;
   double lr = 3e-3;
   double min_lr_ratio = 0.1;
   int warmup_steps = 0;

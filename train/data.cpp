@@ -2,7 +2,6 @@
 
 #include <stdexcept>
 
-#include "core/error.h"
 #include "train/synthetic.h"
 #include "train/token_file.h"
 
@@ -14,14 +13,13 @@ std::unique_ptr<DataSource> make_data_source(const Config& cfg, const std::strin
     throw std::invalid_argument("make_data_source: split must be train or val, not " + split);
   if (world < 1 || rank < 0 || rank >= world)
     throw std::invalid_argument("make_data_source: bad rank/world");
-  if (cfg.data.source == "synthetic") return make_synthetic_source(cfg, split, rank, world);
-  if (cfg.data.source == "file") return make_file_source(cfg, split, rank, world);
-  throw InputError("data.source: unknown '" + cfg.data.source + "' (expected synthetic | file)");
+  return cfg.data.source == DataSourceKind::file ? make_file_source(cfg, split, rank, world)
+                                                 : make_synthetic_source(cfg, split, rank, world);
 }
 
 DataInfo data_info(const Config& cfg) {
   DataInfo info;
-  if (cfg.data.source == "synthetic") {
+  if (cfg.data.source == DataSourceKind::synthetic) {
     const MarkovChain chain(cfg.model.vocab_size, cfg.run.seed);
     info.entropy_rate = chain.entropy_rate();
     info.window_floor = chain.window_floor(cfg.model.seq_len);

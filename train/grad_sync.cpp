@@ -70,9 +70,8 @@ void GradSync::setup(Gpt& model) {
 
 void GradSync::enqueue_bucket(size_t b) {
   const Bucket& k = buckets_[b];
-  pending_[b]->handle =
-      engine_->enqueue_allreduce(grads_ + k.begin, k.end - k.begin, DType::f32,
-                                 parse_allreduce_algo(cfg_.allreduce), /*average=*/true, b);
+  pending_[b]->handle = engine_->enqueue_allreduce(grads_ + k.begin, k.end - k.begin, DType::f32,
+                                                   cfg_.allreduce, /*average=*/true, b);
   pending_[b]->enqueued = true;
 }
 
@@ -127,7 +126,7 @@ bool GradSync::any_rank(bool flag) {
 void GradSync::average(float* buf, size_t n) {
   if (world_ == 1) return;
   wait_bookkeeping(engine_->enqueue_allreduce(buf, n, DType::f32,
-                                              parse_allreduce_algo(cfg_.allreduce),
+                                              cfg_.allreduce,
                                               /*average=*/true, kAverageTag));
 }
 

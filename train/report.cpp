@@ -225,7 +225,7 @@ void run_rules(ReportData& r) {
   if (r.memory_limit_bytes > 0 &&
       double(r.activations_peak_bytes) > kActivationFrac * r.memory_limit_bytes) {
     std::string advice = "turn on `recompute.policy: full` or `selective`";
-    if (cfg) advice += " (now " + cfg->recompute.policy + ")";
+    if (cfg) advice += " (now " + std::string(name(cfg->recompute.policy)) + ")";
     advice += ", or a smaller `train.micro_batch` with more `train.grad_accum_steps`";
     if (cfg && cfg->train.micro_batch % 2 == 0)
       advice += fmt(" (%g x %g in place of %g x %g: same global batch)",
@@ -294,14 +294,14 @@ void run_rules(ReportData& r) {
 double activation_estimate_bytes(const Config& c) {
   const double s = c.model.seq_len, b = c.train.micro_batch, h = c.model.d_model,
                a = c.model.n_heads, L = c.model.n_layers,
-               bytes = c.precision.dtype == "fp32" ? 4 : 2;
+               bytes = double(dtype_size(c.precision.dtype));
   const double block = bytes * (16 * s * b * h + a * s * s * b), input = bytes * s * b * h;
-  const std::string& policy = c.recompute.policy;
-  if (policy == "selective")
+  const RecomputePolicy policy = c.recompute.policy;
+  if (policy == RecomputePolicy::selective)
     return L * bytes * 10 * s * b * h + bytes * (6 * s * b * h + a * s * s * b);
   double recomputed = 0;  // blocks 0, k, 2k, ... (every_k) or all of them (full)
-  if (policy == "full") recomputed = L;
-  if (policy == "every_k") recomputed = std::ceil(L / std::max(1, c.recompute.k));
+  if (policy == RecomputePolicy::full) recomputed = L;
+  if (policy == RecomputePolicy::every_k) recomputed = std::ceil(L / std::max(1, c.recompute.k));
   return (L - recomputed) * block + recomputed * input + (recomputed > 0 ? block : 0);
 }
 

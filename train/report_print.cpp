@@ -109,8 +109,8 @@ void print_loss_memory_ranks(const ReportData& r, Text& t) {
     t.line(
         "             Korthikanti et al. estimate for the %d blocks (%s, recompute %s): %.2f "
         "MiB; the arena also holds embeddings, logits and backward scratch",
-        r.config.model.n_layers, r.config.precision.dtype.c_str(),
-        r.config.recompute.policy.c_str(), mib(r.activations_estimate_bytes));
+        r.config.model.n_layers, name(r.config.precision.dtype), name(r.config.recompute.policy),
+        mib(r.activations_estimate_bytes));
   if (r.memory_limit_bytes > 0)
     t.line("             limit %.2f GiB/rank (physical RAM / %s): activations %.1f%% of it",
            r.memory_limit_bytes / 1073741824.0, plural(r.world, "rank").c_str(),

@@ -19,12 +19,12 @@ constexpr double kMiB = 1048576.0;
 
 void print_loss_scale(const Config& cfg, const LossScaler& scaler) {
   const LossScaleConfig& ls = cfg.precision.loss_scale;
-  std::printf("loss scale %s", scaler.mode().c_str());
-  if (scaler.mode() == "dynamic")
+  std::printf("loss scale %s", name(scaler.mode()));
+  if (scaler.mode() == LossScaleMode::dynamic)
     std::printf(" (initial %g, x%g every %d clean steps, x%g on overflow, hysteresis %d, min %g)",
                 scaler.scale(), ls.growth_factor, ls.growth_interval, ls.backoff_factor,
                 ls.hysteresis, ls.min_scale);
-  else if (scaler.mode() == "static")
+  else if (scaler.mode() == LossScaleMode::static_)
     std::printf(" (static %g)", scaler.scale());
   std::printf("\n");
 }
@@ -47,7 +47,7 @@ void print_precision_header(const Config& cfg, const Gpt& model, const LossScale
   const double full_layer = (16 * sbh + as2b) * double(dtype_size(o.act_dtype));
   int recomputed = 0;
   for (int l = 0; l < mc.n_layers; ++l) recomputed += model.layer_recomputed(l);
-  std::printf("  recompute  %s", cfg.recompute.policy.c_str());
+  std::printf("  recompute  %s", name(cfg.recompute.policy));
   if (o.recompute == RecomputePolicy::every_k) std::printf(" (k = %d)", o.recompute_k);
   if (o.recompute == RecomputePolicy::selective)
     std::printf(
@@ -79,7 +79,7 @@ void print_data_and_batch(const Config& cfg, const RunFacts& f) {
 void print_comm_and_trace(const Config& cfg, const RunFacts& f) {
   if (f.world > 1) {
     std::printf("  comm       %s AllReduce over %s, %zu buckets of <= %.2f MiB, overlap %s\n",
-                cfg.comm.allreduce.c_str(), cfg.comm.backend.c_str(), f.buckets, cfg.comm.bucket_mb,
+                name(cfg.comm.allreduce), name(cfg.comm.backend), f.buckets, cfg.comm.bucket_mb,
                 cfg.comm.overlap ? "on" : "off");
     if (cfg.comm.link.bandwidth_gbps > 0 || cfg.comm.link.latency_us > 0)
       std::printf("  LINK EMULATION ON: every message paced to %.1f Gb/s, %.1f us latency\n",
@@ -224,10 +224,10 @@ ojson summary_json(const Config& cfg, const RunFacts& f, const RunTotals& totals
   sum["entropy_floor"] = or_null(f.data.window_floor);
   sum["skipped_steps"] = scaler.state().skipped_total;
   sum["optimizer_steps"] = end.optimizer_steps;
-  sum["precision"] = cfg.precision.dtype;
-  sum["loss_scale_mode"] = scaler.mode();
+  sum["precision"] = name(cfg.precision.dtype);
+  sum["loss_scale_mode"] = name(scaler.mode());
   sum["loss_scale_final"] = scaler.scale();
-  sum["recompute"] = cfg.recompute.policy;
+  sum["recompute"] = name(cfg.recompute.policy);
   sum["stopped_early"] = end.stop_reason.empty() ? ojson(nullptr) : ojson(end.stop_reason);
   sum["warmup_steps_excluded"] = sp.warm;
   sum["step_ms_p50"] = sp.p50;
@@ -266,7 +266,7 @@ void print_done(const Config& cfg, const RunFacts& f, const RunTotals& totals,
       "the blocks (%s, recompute %s); the arena also holds embeddings, logits and backward's "
       "buffers\n",
       end.activations_peak_bytes / kMiB, activation_estimate_bytes(cfg) / kMiB,
-      cfg.precision.dtype.c_str(), cfg.recompute.policy.c_str());
+      name(cfg.precision.dtype), name(cfg.recompute.policy));
   const int64_t skipped = scaler.state().skipped_total;
   if (skipped > 0)
     std::printf("  skipped %lld of %d steps (inf/NaN gradients); loss scale now %g\n",

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "comm/reduce.h"
-#include "core/error.h"
 
 namespace ringstep {
 namespace {
@@ -56,13 +55,6 @@ TEST(CommRingChunks, DefaultSubChunkFollowsTheTransferPath) {
   EXPECT_EQ(ring_default_chunk_bytes(0, TransferPath::cpu_copy), 1u);
   EXPECT_EQ(ring_default_chunk_bytes(64 << 20, TransferPath::link), 128 * KiB);
   EXPECT_EQ(ring_default_chunk_bytes(1000, TransferPath::link), 128 * KiB);
-}
-
-TEST(CommRingAlgo, ParsesNames) {
-  EXPECT_EQ(parse_allreduce_algo("ring"), AllreduceAlgo::ring);
-  EXPECT_EQ(parse_allreduce_algo("native"), AllreduceAlgo::native);
-  EXPECT_STREQ(allreduce_algo_name(AllreduceAlgo::native), "native");
-  EXPECT_THROW(parse_allreduce_algo("nccl"), InputError);
 }
 
 TEST(CommReduce, Fp32AddsAndDivides) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -230,8 +231,9 @@ TEST(Config, CrossFieldChecksNameBothKeys) {
 }
 
 TEST(Config, LossScaleModeAutoAndItsChecks) {
-  EXPECT_EQ(Config{}.precision.loss_scale.mode, "auto");
-  EXPECT_EQ(parse("precision: {loss_scale: {mode: auto}}\n").precision.loss_scale.mode, "auto");
+  EXPECT_EQ(Config{}.precision.loss_scale.mode, LossScaleMode::auto_);
+  EXPECT_EQ(parse("precision: {loss_scale: {mode: auto}}\n").precision.loss_scale.mode,
+            LossScaleMode::auto_);
   EXPECT_EQ(error_of("precision: {loss_scale: {mode: dynamc}}\n"),
             "x.yaml:1:32: 'precision.loss_scale.mode' must be one of auto, dynamic, static, "
             "none, got 'dynamc'; did you mean 'dynamic'?");
@@ -303,24 +305,135 @@ TEST(Config, RoundTripDefaults) {
   EXPECT_EQ(back, defaults);
 }
 
+// Every key this build lets a user change (not run.device, optimizer.name, comm.backend
+// and checkpoint.*: see NotBuiltValuesAreRefused).
 TEST(Config, RoundTripEveryKeyChanged) {
   Config c;
   c.source_path = "effective.yaml";
-  c.run = {"yes", "out dir/with: colon", 18446744073709551615ull, "cuda", 7};
+  c.run = {"yes", "out dir/with: colon", 18446744073709551615ull, Device::cpu, 7};
   c.model = {1000, 64, 96, 3, 3};
-  c.data = {"file", "123", "val.bin"};
-  c.train = {11, 3, 5, 45, 1.0 / 3.0, 0.0, 2, "linear", 0.0, 0.0, 0, 1, 0};
-  c.precision.dtype = "fp16";
-  c.precision.loss_scale = {"static", 1234567.891, 1.0000001, 1e-300, 1, 2, 5e-324, 1};
-  c.recompute = {"every_k", 3};
-  c.optimizer = {"onebit_adam", {0.0, 0.1 + 0.2}, 1e-12, {0, "l2"}};
-  c.comm = {"nccl", "native", 0.001, false, {12.5, 3.0}};
+  c.data = {DataSourceKind::file, "123", "val.bin"};
+  c.train = {11, 3, 5, 45, 1.0 / 3.0, 0.0, 2, LrScheduleKind::linear, 0.0, 0.0, 0, 1, 0};
+  c.precision.dtype = DType::f16;
+  c.precision.loss_scale = {
+      LossScaleMode::static_, 1234567.891, 1.0000001, 1e-300, 1, 2, 5e-324, 1};
+  c.recompute = {RecomputePolicy::every_k, 3};
+  c.optimizer = {OptimizerKind::adamw, {0.0, 0.1 + 0.2}, 1e-12, {0, OneBitScale::l2}};
+  c.comm = {CommBackend::mpi, AllreduceAlgo::native, 0.001, false, {12.5, 3.0}};
   c.profile = {false, 10, {}, 989.5};
-  c.checkpoint = {100, 1, "never"};
   std::string yaml = config_to_yaml(c);
   Config back = parse_config(yaml, "effective.yaml");
   EXPECT_EQ(back, c) << yaml;
   EXPECT_EQ(config_to_yaml(back), yaml);
+}
+
+// Sets PATH to every name of E through --set: a built value decodes to its enum value and
+// survives config_to_yaml; a value marked not built is refused.
+template <class E, class Get>
+void ExpectEveryNameRoundTrips(const std::string& path, Get get,
+                               const std::vector<E>& not_built = {}) {
+  for (const EnumName<E>& n : enum_names(E{})) {
+    const std::string set = path + "=" + n.name;
+    if (std::find(not_built.begin(), not_built.end(), n.value) != not_built.end()) {
+      EXPECT_NE(error_of("", {set}).find("not implemented yet"), std::string::npos) << set;
+      continue;
+    }
+    Config c = parse(path == "data.source" ? "data: {path: t.bin}\n" : "", {set});
+    EXPECT_EQ(get(c), n.value) << set;
+    Config back = parse(config_to_yaml(c));
+    EXPECT_EQ(get(back), n.value) << set;
+    EXPECT_EQ(back, c) << set;
+  }
+}
+
+TEST(Config, EveryEnumNameRoundTrips) {
+  ExpectEveryNameRoundTrips<Device>("run.device", [](Config& c) { return c.run.device; },
+                                    {Device::cuda});
+  ExpectEveryNameRoundTrips<DataSourceKind>("data.source", [](Config& c) { return c.data.source; });
+  ExpectEveryNameRoundTrips<LrScheduleKind>("train.schedule",
+                                            [](Config& c) { return c.train.schedule; });
+  ExpectEveryNameRoundTrips<DType>("precision.dtype", [](Config& c) { return c.precision.dtype; });
+  ExpectEveryNameRoundTrips<LossScaleMode>("precision.loss_scale.mode",
+                                           [](Config& c) { return c.precision.loss_scale.mode; });
+  ExpectEveryNameRoundTrips<RecomputePolicy>("recompute.policy",
+                                             [](Config& c) { return c.recompute.policy; });
+  ExpectEveryNameRoundTrips<OptimizerKind>(
+      "optimizer.name", [](Config& c) { return c.optimizer.name; }, {OptimizerKind::onebit_adam});
+  ExpectEveryNameRoundTrips<OneBitScale>("optimizer.onebit.scale",
+                                         [](Config& c) { return c.optimizer.onebit.scale; });
+  ExpectEveryNameRoundTrips<CommBackend>("comm.backend", [](Config& c) { return c.comm.backend; },
+                                         {CommBackend::nccl});
+  ExpectEveryNameRoundTrips<AllreduceAlgo>("comm.allreduce",
+                                           [](Config& c) { return c.comm.allreduce; });
+}
+
+// Each table names every enumerator (values 0..N-1, for enums with default values) once,
+// in the order messages and docs list them.
+template <class E>
+void ExpectCompleteTable(const std::string& names) {
+  std::set<int> values;
+  std::set<std::string> seen;
+  for (const EnumName<E>& n : enum_names(E{})) {
+    values.insert(static_cast<int>(n.value));
+    seen.insert(n.name);
+    EXPECT_STREQ(name(n.value), n.name);
+    EXPECT_EQ(find_name<E>(n.name), n.value);
+  }
+  const size_t size = enum_names(E{}).size();
+  EXPECT_EQ(values.size(), size) << names;
+  EXPECT_EQ(seen.size(), size) << names;
+  EXPECT_EQ(*values.rbegin(), static_cast<int>(size) - 1) << names;
+  EXPECT_EQ(names_of<E>(), names);
+}
+
+TEST(Config, NameTablesAreComplete) {
+  ExpectCompleteTable<Device>("cpu, cuda");
+  ExpectCompleteTable<DataSourceKind>("synthetic, file");
+  ExpectCompleteTable<LrScheduleKind>("cosine, linear, constant");
+  ExpectCompleteTable<DType>("fp32, bf16, fp16");
+  ExpectCompleteTable<LossScaleMode>("auto, dynamic, static, none");
+  ExpectCompleteTable<RecomputePolicy>("none, full, every_k, selective");
+  ExpectCompleteTable<OptimizerKind>("adamw, onebit_adam");
+  ExpectCompleteTable<OneBitScale>("mean_abs, l2");
+  ExpectCompleteTable<CommBackend>("mpi, nccl");
+  ExpectCompleteTable<AllreduceAlgo>("ring, native");
+  EXPECT_FALSE(find_name<AllreduceAlgo>("nccl").has_value());
+  EXPECT_EQ(parse_name<AllreduceAlgo>("native", "allreduce algorithm"), AllreduceAlgo::native);
+  try {
+    parse_name<AllreduceAlgo>("rnig", "allreduce algorithm");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "unknown allreduce algorithm 'rnig'; expected one of ring, native");
+  }
+}
+
+// Choices and keys the schema marks not built yet are refused at load, from a file and
+// from --set alike, naming the value and what to use; their defaults load.
+TEST(Config, NotBuiltValuesAreRefused) {
+  EXPECT_EQ(error_of("optimizer:\n  name: onebit_adam\n"),
+            "x.yaml:2:9: 'optimizer.name': 'onebit_adam' is not implemented yet in this build; "
+            "use adamw");
+  EXPECT_EQ(error_of("", {"comm.backend=nccl"}),
+            "--set comm.backend: 'comm.backend': 'nccl' is not implemented yet in this build; "
+            "use mpi");
+  EXPECT_EQ(error_of("", {"run.device=cuda"}),
+            "--set run.device: 'run.device': 'cuda' is not implemented yet in this build; use "
+            "cpu");
+  EXPECT_EQ(error_of("checkpoint: {every: 5}\n"),
+            "x.yaml:1:21: 'checkpoint.every': '5' is not implemented yet in this build; use 0 "
+            "(the default)");
+  EXPECT_EQ(error_of("", {"checkpoint.keep=3"}),
+            "--set checkpoint.keep: 'checkpoint.keep': '3' is not implemented yet in this "
+            "build; use 2 (the default)");
+  EXPECT_EQ(error_of("", {"checkpoint={resume: never}"}),
+            "--set checkpoint: 'checkpoint.resume': 'never' is not implemented yet in this "
+            "build; use auto (the default)");
+  // Type and range come first: a wrong value is wrong whether built or not.
+  EXPECT_EQ(error_of("", {"checkpoint.keep=0"}),
+            "--set checkpoint.keep: 'checkpoint.keep' must be >= 1, got 0");
+  EXPECT_EQ(error_of("checkpoint: {every: 0, keep: 2, resume: auto}\noptimizer: {name: adamw}\n"
+                     "comm: {backend: mpi}\nrun: {device: cpu}\n"),
+            "");
 }
 
 TEST(Config, EmittedYamlListsEveryKeyInDesignOrder) {

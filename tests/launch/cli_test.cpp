@@ -57,6 +57,12 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
   ExpectBadInput("train " + Tiny() + run + " --set model.n_heads=3", "n_heads", dir);
   ExpectBadInput("train " + Tiny() + run + " --set train.global_batch=7", "global_batch", dir);
   ExpectBadInput("train " + Tiny() + run + " --set comm.backend=nccl", "not implemented yet", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set optimizer.name=onebit_adam",
+                 "'onebit_adam' is not implemented yet in this build; use adamw", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set checkpoint.every=5",
+                 "'5' is not implemented yet in this build; use 0", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set precision.dtype=bf17", "did you mean 'bf16'",
+                 dir);
   ExpectBadInput("train " + Tiny() + run + " --set recompute.k=0", "recompute.k", dir);
   ExpectBadInput("train " + Tiny() + run + " --set precision.loss_scale.min_scale=1e6",
                  "min_scale", dir);

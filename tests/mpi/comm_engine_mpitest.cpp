@@ -85,14 +85,14 @@ TEST(CommEngine, CompletesWhileTheCallerComputes) {
       }
     }
     engine.wait(h);
-    EXPECT_TRUE(done_before_wait) << allreduce_algo_name(algo);
+    EXPECT_TRUE(done_before_wait) << name(algo);
     size_t wrong = 0;
     for (size_t i = 0; i < grads.count(); ++i) {
       double sum = 0;
       for (int r = 0; r < comm.size(); ++r) sum += testing::exact_value(r, i);
       wrong += grads.get(i) != static_cast<float>(sum);
     }
-    EXPECT_EQ(wrong, 0u) << allreduce_algo_name(algo);
+    EXPECT_EQ(wrong, 0u) << name(algo);
   }
 }
 

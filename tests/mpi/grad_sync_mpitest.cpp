@@ -75,7 +75,7 @@ class ScalerReplica {
   }
   static PrecisionConfig fp16() {
     PrecisionConfig p;
-    p.dtype = "fp16";  // auto: dynamic, initial 65536, hysteresis 1
+    p.dtype = DType::f16;  // auto: dynamic, initial 65536, hysteresis 1
     return p;
   }
 
@@ -137,7 +137,7 @@ TEST(GradSyncMpi, AnyRankIsTrueWhenAnyOneRankFound) {
 TEST(GradSyncMpi, AverageIsTheExactMean) {
   auto& comm = world();
   const int n = comm.size();
-  for (const char* algo : {"ring", "native"}) {
+  for (AllreduceAlgo algo : {AllreduceAlgo::ring, AllreduceAlgo::native}) {
     CommConfig cfg;
     cfg.allreduce = algo;
     GradSync sync(&comm, cfg);
@@ -151,7 +151,7 @@ TEST(GradSyncMpi, AverageIsTheExactMean) {
         for (int r = 0; r < n; ++r) sum += testing::exact_value(r, i);
         wrong += buf[i] != sum / static_cast<float>(n);
       }
-      EXPECT_EQ(wrong, 0u) << algo << " count " << count;
+      EXPECT_EQ(wrong, 0u) << name(algo) << " count " << count;
       EXPECT_TRUE(testing::identical_on_all_ranks(comm, buf.data(), count * sizeof(float)));
     }
   }

@@ -128,9 +128,9 @@ TEST(TrainerMultiRank, Fp16OverflowSkipsTheSameStepsOnEveryRank) {
   if (world().rank() == 0) fs::remove_all(out);
   world().barrier();
   Config cfg = ringstep::testing::SmallRun(out.string(), 10);
-  cfg.precision.dtype = "fp16";
+  cfg.precision.dtype = DType::f16;
   cfg.precision.loss_scale.initial = 0x1p24;
-  cfg.recompute.policy = "full";
+  cfg.recompute.policy = RecomputePolicy::full;
   cfg.train.check_replicas_every = 1;  // throws CommError if the replicas ever differ
   cfg.profile.trace_steps = {};
   const TrainOutcome r = train(cfg, &world());

@@ -11,7 +11,7 @@
 namespace ringstep {
 namespace {
 
-PrecisionConfig precision(const std::string& dtype, const std::string& mode) {
+PrecisionConfig precision(DType dtype, LossScaleMode mode) {
   PrecisionConfig p;
   p.dtype = dtype;
   p.loss_scale.mode = mode;
@@ -19,7 +19,7 @@ PrecisionConfig precision(const std::string& dtype, const std::string& mode) {
 }
 
 PrecisionConfig dynamic_fp16(double initial, int growth_interval, int hysteresis = 1) {
-  PrecisionConfig p = precision("fp16", "dynamic");
+  PrecisionConfig p = precision(DType::f16, LossScaleMode::dynamic);
   p.loss_scale.initial = initial;
   p.loss_scale.growth_interval = growth_interval;
   p.loss_scale.hysteresis = hysteresis;
@@ -34,19 +34,25 @@ bool feed(LossScaler& s, bool found_inf, int n) {
 }
 
 TEST(LossScaler, AutoIsDynamicForFp16AndNoneOtherwise) {
-  EXPECT_EQ(PrecisionConfig{}.loss_scale.mode, "auto");
-  EXPECT_EQ(resolved_loss_scale_mode(precision("fp16", "auto")), "dynamic");
-  EXPECT_EQ(resolved_loss_scale_mode(precision("bf16", "auto")), "none");
-  EXPECT_EQ(resolved_loss_scale_mode(precision("fp32", "auto")), "none");
-  EXPECT_EQ(resolved_loss_scale_mode(precision("bf16", "dynamic")), "dynamic");
-  EXPECT_EQ(resolved_loss_scale_mode(precision("fp16", "static")), "static");
-  EXPECT_EQ(resolved_loss_scale_mode(precision("fp16", "none")), "none");
+  EXPECT_EQ(PrecisionConfig{}.loss_scale.mode, LossScaleMode::auto_);
+  EXPECT_EQ(resolved_loss_scale_mode(precision(DType::f16, LossScaleMode::auto_)),
+            LossScaleMode::dynamic);
+  EXPECT_EQ(resolved_loss_scale_mode(precision(DType::bf16, LossScaleMode::auto_)),
+            LossScaleMode::none);
+  EXPECT_EQ(resolved_loss_scale_mode(precision(DType::f32, LossScaleMode::auto_)),
+            LossScaleMode::none);
+  EXPECT_EQ(resolved_loss_scale_mode(precision(DType::bf16, LossScaleMode::dynamic)),
+            LossScaleMode::dynamic);
+  EXPECT_EQ(resolved_loss_scale_mode(precision(DType::f16, LossScaleMode::static_)),
+            LossScaleMode::static_);
+  EXPECT_EQ(resolved_loss_scale_mode(precision(DType::f16, LossScaleMode::none)),
+            LossScaleMode::none);
 
-  LossScaler fp16(precision("fp16", "auto"));
-  EXPECT_EQ(fp16.mode(), "dynamic");
+  LossScaler fp16(precision(DType::f16, LossScaleMode::auto_));
+  EXPECT_EQ(fp16.mode(), LossScaleMode::dynamic);
   EXPECT_EQ(fp16.scale(), 65536.0);
-  LossScaler bf16(precision("bf16", "auto"));
-  EXPECT_EQ(bf16.mode(), "none");
+  LossScaler bf16(precision(DType::bf16, LossScaleMode::auto_));
+  EXPECT_EQ(bf16.mode(), LossScaleMode::none);
   EXPECT_EQ(bf16.scale(), 1.0);
 }
 
@@ -130,7 +136,7 @@ TEST(LossScaler, GrowthStopsAtMaxLossScale) {
 
 TEST(LossScaler, StaticNeverChangesButSkips) {
   PrecisionConfig p = dynamic_fp16(512, 2);
-  p.loss_scale.mode = "static";
+  p.loss_scale.mode = LossScaleMode::static_;
   LossScaler s(p);
   EXPECT_EQ(s.scale(), 512.0);
   EXPECT_TRUE(feed(s, false, 10));
@@ -143,14 +149,15 @@ TEST(LossScaler, StaticNeverChangesButSkips) {
 
 TEST(LossScaler, NoneNeverChangesButSkips) {
   for (const PrecisionConfig& p :
-       {precision("fp16", "none"), precision("fp32", "auto"), precision("bf16", "auto")}) {
+       {precision(DType::f16, LossScaleMode::none), precision(DType::f32, LossScaleMode::auto_),
+        precision(DType::bf16, LossScaleMode::auto_)}) {
     LossScaler s(p);
-    EXPECT_EQ(s.scale(), 1.0) << p.dtype;
+    EXPECT_EQ(s.scale(), 1.0) << name(p.dtype);
     EXPECT_TRUE(feed(s, false, 3000));  // past growth_interval
-    EXPECT_EQ(s.scale(), 1.0) << p.dtype;
-    EXPECT_FALSE(s.update(true)) << p.dtype;
-    EXPECT_EQ(s.scale(), 1.0) << p.dtype;
-    EXPECT_EQ(s.state().skipped_total, 1) << p.dtype;
+    EXPECT_EQ(s.scale(), 1.0) << name(p.dtype);
+    EXPECT_FALSE(s.update(true)) << name(p.dtype);
+    EXPECT_EQ(s.scale(), 1.0) << name(p.dtype);
+    EXPECT_EQ(s.state().skipped_total, 1) << name(p.dtype);
   }
 }
 
@@ -205,9 +212,9 @@ TEST(LossScaler, StopMessageSaysWhatHappenedAndWhatToTry) {
   p.loss_scale.min_scale = 2;
   EXPECT_NE(stopped(p).find("lower precision.loss_scale.min_scale"), std::string::npos);
   // Static and none.
-  p.loss_scale.mode = "static";
+  p.loss_scale.mode = LossScaleMode::static_;
   EXPECT_NE(stopped(p).find("A static scale of 4 overflows"), std::string::npos);
-  m = stopped(precision("fp32", "auto"));
+  m = stopped(precision(DType::f32, LossScaleMode::auto_));
   EXPECT_NE(m.find("mode none"), std::string::npos) << m;
   EXPECT_EQ(m.find("bf16"), std::string::npos) << m;  // no dtype advice outside fp16
 }
@@ -216,7 +223,7 @@ TEST(LossScaler, UnscaleAndCheckFindsOneNonFiniteAnywhere) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   LossScaler s(dynamic_fp16(1024, 100));
-  LossScaler one(precision("fp32", "auto"));  // scale 1: check only
+  LossScaler one(precision(DType::f32, LossScaleMode::auto_));  // scale 1: check only
   // Lengths around and beyond the widest vector (16 floats), with tails of any size.
   for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{1000 * 16 + 7}}) {
     std::vector<float> clean(n);
@@ -252,7 +259,7 @@ TEST(LossScaler, UnscaleMultipliesExactlyByTheInverse) {
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(g[i], std::ldexp(before[i], -10)) << i;
 
   std::vector<float> h = before;  // at scale 1 the buffer is not touched
-  LossScaler one(precision("bf16", "auto"));
+  LossScaler one(precision(DType::bf16, LossScaleMode::auto_));
   EXPECT_FALSE(one.unscale_and_check(h.data(), n));
   EXPECT_EQ(std::memcmp(h.data(), before.data(), n * sizeof(float)), 0);
 
@@ -321,15 +328,15 @@ TEST(LossScaler, RestoreRoundTrips) {
 
 TEST(LossScaler, WarnsAboutRiskyButAllowedConfigs) {
   EXPECT_EQ(loss_scale_warning(PrecisionConfig{}), "");
-  EXPECT_EQ(loss_scale_warning(precision("fp16", "auto")), "");
-  EXPECT_EQ(loss_scale_warning(precision("bf16", "none")), "");
-  std::string w = loss_scale_warning(precision("fp16", "none"));
+  EXPECT_EQ(loss_scale_warning(precision(DType::f16, LossScaleMode::auto_)), "");
+  EXPECT_EQ(loss_scale_warning(precision(DType::bf16, LossScaleMode::none)), "");
+  std::string w = loss_scale_warning(precision(DType::f16, LossScaleMode::none));
   EXPECT_TRUE(
       w.starts_with("precision.dtype is fp16 with precision.loss_scale.mode none: "
                     "gradients below 2^-24"))
       << w;
   EXPECT_NE(w.find("Use mode auto"), std::string::npos) << w;
-  PrecisionConfig p = precision("fp16", "static");
+  PrecisionConfig p = precision(DType::f16, LossScaleMode::static_);
   p.loss_scale.initial = 1;
   p.loss_scale.min_scale = 1;
   EXPECT_NE(loss_scale_warning(p).find("static with initial 1 under fp16"), std::string::npos);

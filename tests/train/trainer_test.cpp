@@ -69,7 +69,7 @@ TEST(Trainer, WritesRunDirectoryWithStepRecords) {
 TEST(Trainer, BadDataFileLeavesNoRunDirectory) {
   fs::path out = TempDir("baddata");
   Config cfg = SmallRun(out, 2);
-  cfg.data.source = "file";
+  cfg.data.source = DataSourceKind::file;
   cfg.data.path = (out.parent_path() / "does_not_exist.bin").string();
   EXPECT_THROW(train(cfg, nullptr), InputError);
   EXPECT_FALSE(fs::exists(out));
@@ -109,8 +109,8 @@ TEST(Trainer, TinyConfigReachesEntropyFloorInFp32Bf16AndFp16) {
 TEST(Trainer, Fp16OverflowSkipsStepsAndHalvesTheScale) {
   fs::path out = TempDir("fp16_overflow");
   Config cfg = SmallRun(out, 12);
-  cfg.precision.dtype = "fp16";
-  cfg.precision.loss_scale.mode = "dynamic";
+  cfg.precision.dtype = DType::f16;
+  cfg.precision.loss_scale.mode = LossScaleMode::dynamic;
   cfg.precision.loss_scale.initial = 0x1p24;
   cfg.precision.loss_scale.growth_interval = 1000;
   TrainOutcome r = train(cfg, nullptr);
@@ -154,8 +154,8 @@ TEST(Trainer, Fp16OverflowSkipsStepsAndHalvesTheScale) {
 TEST(Trainer, ConsecutiveSkipsStopTheRun) {
   fs::path out = TempDir("fp16_stop");
   Config cfg = SmallRun(out, 10);
-  cfg.precision.dtype = "fp16";
-  cfg.precision.loss_scale.mode = "static";
+  cfg.precision.dtype = DType::f16;
+  cfg.precision.loss_scale.mode = LossScaleMode::static_;
   cfg.precision.loss_scale.initial = 0x1p24;
   cfg.precision.loss_scale.max_consecutive_skips = 3;
   try {
