@@ -104,7 +104,7 @@ std::string LossScaler::stop_message() const {
   }
   msg += "lower train.lr or lengthen train.warmup_steps; check the data (a bad token file)";
   if (dtype_ == DType::f16) msg += "; use precision.dtype bf16 (fp32's range, no scaling needed)";
-  msg += "; resume from the last good checkpoint (checkpoint.every).";
+  msg += ".";
   return msg;
 }
 

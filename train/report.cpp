@@ -209,12 +209,11 @@ void run_rules(ReportData& r) {
     r.findings.push_back({id, std::move(evidence), std::move(advice)});
   };
   if (r.pct.comm_exposed > kExposedCommPct) {
-    std::string advice =
-        "try `optimizer.name: onebit_adam` (1-bit compressed momentum after "
-        "the freeze step), a larger `comm.bucket_mb`";
+    std::string advice = "try a larger `comm.bucket_mb`";
     if (cfg) advice += fmt(" (now %g)", cfg->comm.bucket_mb);
     advice += ", `comm.overlap: true`";
     if (cfg) advice += cfg->comm.overlap ? " (already on)" : " (now off)";
+    advice += "; 1-bit compressed momentum (`optimizer.name: onebit_adam`) is not built yet";
     fire("comm_exposed",
          fmt("exposed communication %.1f%% of step > %.0f%% (comm in flight %.1f%%, overlap "
              "%.1f%%)",
