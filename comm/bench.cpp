@@ -206,8 +206,58 @@ class Bench {
 
 std::string algo_list(const std::vector<AllreduceAlgo>& algos) {
   std::string s;
-  for (AllreduceAlgo a : algos) s += (s.empty() ? "" : ",") + std::string(name(a));
+  for (AllreduceAlgo a : algos) {
+    if (!s.empty()) s += ',';
+    s += name(a);
+  }
   return s;
+}
+
+}  // namespace
+
+namespace {
+
+void print_header(const AllreduceBenchOptions& opts, const Communicator& comm, bool ratio) {
+  std::printf("# ringstep bench allreduce: %d ranks (%d on this node), dtype %s, algos %s\n",
+              comm.size(), comm.local_size(), dtype_name(opts.dtype),
+              algo_list(opts.algos).c_str());
+  const bool spin = opts.wait.spin_ns == WaitPolicy::spin().spin_ns;
+  std::printf(
+      "# warmup %s, iters %s, ring sub-chunk %s, window %d, recursive doubling <= %zu B,"
+      " waits %s\n",
+      opts.warmup ? std::to_string(opts.warmup).c_str() : "auto",
+      opts.iters ? std::to_string(opts.iters).c_str() : "auto",
+      opts.ring.chunk_bytes ? (std::to_string(opts.ring.chunk_bytes) + " B").c_str()
+                            : "by the ring's rule",
+      opts.ring.window, opts.ring.small_bytes, spin ? "spin" : "polite (backoff)");
+  if (link_enabled(opts.link))
+    std::printf("# link emulation ON: %.3g Gb/s, %.3g us latency\n", opts.link.bandwidth_gbps,
+                opts.link.latency_us);
+  std::printf(
+      "# time = median over iterations of the slowest rank (barrier before each);"
+      " algbw = bytes/time; busbw = algbw*2(n-1)/n; GB = 1e9 B\n");
+  std::printf("#%11s %12s %6s %7s %12s %12s %12s %7s%s\n", "size(B)", "count", "type", "algo",
+              "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", ratio ? "  ring/native" : "");
+  std::fflush(stdout);
+}
+
+// One table row (and JSON line when JSON is open) of ALGO at BYTES; RATIO_TEXT is the
+// ring/native column or "".
+void print_row(const AllreduceBenchOptions& opts, int ranks, size_t bytes, AllreduceAlgo algo,
+               const Row& row, double busbw, const std::string& ratio_text, std::ofstream& json) {
+  const size_t count = bytes / dtype_size(opts.dtype);
+  const double algbw = row.time_us > 0 ? bytes / (row.time_us * 1e3) : 0.0;
+  std::printf(" %11zu %12zu %6s %7s %12.2f %12.3f %12.3f %7lld%s\n", bytes, count,
+              dtype_name(opts.dtype), name(algo), row.time_us, algbw, busbw, row.wrong,
+              ratio_text.c_str());
+  std::fflush(stdout);
+  if (!json.is_open()) return;
+  const nlohmann::json j = {{"algo", name(algo)}, {"dtype", dtype_name(opts.dtype)},
+                            {"ranks", ranks},     {"bytes", bytes},
+                            {"count", count},     {"time_us", row.time_us},
+                            {"algbw_gbs", algbw}, {"busbw_gbs", busbw},
+                            {"wrong", row.wrong}};
+  json << j.dump() << '\n' << std::flush;
 }
 
 }  // namespace
@@ -232,48 +282,24 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
   if (json_ok == 0)
     throw InputError("bench: cannot open --json file '" + opts.json_path + "' for writing");
 
-  const int n = comm.size();
-  const double bus = allreduce_busbw_factor(n);
-  const bool ratio =
-      std::find(opts.algos.begin(), opts.algos.end(), AllreduceAlgo::ring) != opts.algos.end() &&
-      std::find(opts.algos.begin(), opts.algos.end(), AllreduceAlgo::native) != opts.algos.end();
-  if (root) {
-    std::printf("# ringstep bench allreduce: %d ranks (%d on this node), dtype %s, algos %s\n", n,
-                comm.local_size(), dtype_name(opts.dtype), algo_list(opts.algos).c_str());
-    const bool spin = opts.wait.spin_ns == WaitPolicy::spin().spin_ns;
-    std::printf(
-        "# warmup %s, iters %s, ring sub-chunk %s, window %d, recursive doubling <= %zu B,"
-        " waits %s\n",
-        opts.warmup ? std::to_string(opts.warmup).c_str() : "auto",
-        opts.iters ? std::to_string(opts.iters).c_str() : "auto",
-        opts.ring.chunk_bytes ? (std::to_string(opts.ring.chunk_bytes) + " B").c_str()
-                              : "by the ring's rule",
-        opts.ring.window, opts.ring.small_bytes, spin ? "spin" : "polite (backoff)");
-    if (link_enabled(opts.link))
-      std::printf("# link emulation ON: %.3g Gb/s, %.3g us latency\n", opts.link.bandwidth_gbps,
-                  opts.link.latency_us);
-    std::printf(
-        "# time = median over iterations of the slowest rank (barrier before each);"
-        " algbw = bytes/time; busbw = algbw*2(n-1)/n; GB = 1e9 B\n");
-    std::printf("#%11s %12s %6s %7s %12s %12s %12s %7s%s\n", "size(B)", "count", "type", "algo",
-                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", ratio ? "  ring/native" : "");
-    std::fflush(stdout);
-  }
+  const double bus = allreduce_busbw_factor(comm.size());
+  auto has = [&](AllreduceAlgo a) {
+    return std::find(opts.algos.begin(), opts.algos.end(), a) != opts.algos.end();
+  };
+  const bool ratio = has(AllreduceAlgo::ring) && has(AllreduceAlgo::native);
+  if (root) print_header(opts, comm, ratio);
 
   Bench bench(opts, comm);
   long long total_wrong = 0;
   for (size_t size : sizes) {
-    const size_t count = size / dtype_size(opts.dtype);
-    const size_t bytes = count * dtype_size(opts.dtype);
-    const std::vector<Row> rows = bench.measure(count);
+    const size_t bytes = size / dtype_size(opts.dtype) * dtype_size(opts.dtype);
+    const std::vector<Row> rows = bench.measure(bytes / dtype_size(opts.dtype));
     std::map<AllreduceAlgo, double> busbw;
     for (size_t a = 0; a < rows.size(); ++a)
       busbw[opts.algos[a]] = rows[a].time_us > 0 ? bytes / (rows[a].time_us * 1e3) * bus : 0.0;
     for (size_t a = 0; a < rows.size(); ++a) {
       const AllreduceAlgo algo = opts.algos[a];
-      const Row& row = rows[a];
-      total_wrong += row.wrong;
-      const double algbw = row.time_us > 0 ? bytes / (row.time_us * 1e3) : 0.0;
+      total_wrong += rows[a].wrong;
       if (!root) continue;
       std::string ratio_text;
       if (ratio && algo == AllreduceAlgo::ring && busbw[AllreduceAlgo::native] > 0) {
@@ -282,22 +308,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
                       busbw[AllreduceAlgo::ring] / busbw[AllreduceAlgo::native]);
         ratio_text = buf;
       }
-      std::printf(" %11zu %12zu %6s %7s %12.2f %12.3f %12.3f %7lld%s\n", bytes, count,
-                  dtype_name(opts.dtype), name(algo), row.time_us, algbw,
-                  busbw[algo], row.wrong, ratio_text.c_str());
-      std::fflush(stdout);
-      if (json.is_open()) {
-        const nlohmann::json j = {{"algo", name(algo)},
-                                  {"dtype", dtype_name(opts.dtype)},
-                                  {"ranks", n},
-                                  {"bytes", bytes},
-                                  {"count", count},
-                                  {"time_us", row.time_us},
-                                  {"algbw_gbs", algbw},
-                                  {"busbw_gbs", busbw[algo]},
-                                  {"wrong", row.wrong}};
-        json << j.dump() << '\n' << std::flush;
-      }
+      print_row(opts, comm.size(), bytes, algo, rows[a], busbw[algo], ratio_text, json);
     }
   }
   if (root && total_wrong) std::printf("# %lld wrong values\n", total_wrong);
