@@ -2,7 +2,7 @@
 // world size (tests/train/golden_run.h says what is recorded and when a machine skips).
 #include <gtest/gtest.h>
 
-#include "mpitest_main.h"
+#include "mpi/mpitest_main.h"
 #include "train/golden_run.h"
 
 namespace ringstep {

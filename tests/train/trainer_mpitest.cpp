@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "mpitest_main.h"
+#include "mpi/mpitest_main.h"
 #include "train/small_run.h"
 #include "train/trainer.h"
 

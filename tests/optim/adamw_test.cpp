@@ -5,8 +5,6 @@
 #include <vector>
 
 #include "optim/adamw.h"
-#include "optim/clip.h"
-#include "optim/schedule.h"
 
 namespace ringstep {
 namespace {
@@ -39,33 +37,6 @@ TEST(AdamW, MatchesFloat64ReferenceWithDecayMask) {
     for (size_t k = ti.offset; k < ti.offset + ti.numel; ++k)
       EXPECT_NEAR(p.data()[k], rp[k], 2e-6) << ti.name << " " << k;
   EXPECT_EQ(opt.step_count(), 5);
-}
-
-TEST(LrSchedule, WarmupThenCosineToMinimum) {
-  LrSchedule s{LrScheduleKind::cosine, 1.0, 0.1, 10, 110};
-  EXPECT_DOUBLE_EQ(s.at(0), 0.1);
-  EXPECT_DOUBLE_EQ(s.at(9), 1.0);
-  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
-  EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // halfway: min + (max-min)/2
-  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
-  LrSchedule lin{LrScheduleKind::linear, 1.0, 0.0, 0, 100};
-  EXPECT_NEAR(lin.at(25), 0.75, 1e-12);
-  LrSchedule c{LrScheduleKind::constant, 0.3, 0.1, 2, 100};
-  EXPECT_DOUBLE_EQ(c.at(0), 0.15);
-  EXPECT_DOUBLE_EQ(c.at(50), 0.3);
-}
-
-TEST(Clip, NormAndCoefficient) {
-  std::vector<float> g(3001);
-  double ref = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    g[i] = float(std::sin(double(i)));
-    ref += double(g[i]) * g[i];
-  }
-  EXPECT_NEAR(sum_squares(g.data(), g.size()), ref, 1e-6 * ref);
-  EXPECT_DOUBLE_EQ(clip_coefficient(0.5, 1.0), 1.0);
-  EXPECT_DOUBLE_EQ(clip_coefficient(5.0, 0.0), 1.0);
-  EXPECT_NEAR(clip_coefficient(4.0, 1.0) * 4.0, 1.0, 1e-6);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "models/gpt.h"
-#include "mpitest_main.h"
+#include "mpi/mpitest_main.h"
 #include "optim/adamw.h"
 #include "train/grad_sync.h"
 
