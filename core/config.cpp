@@ -20,9 +20,9 @@
 namespace ringstep {
 namespace {
 
+using config_schema::describe_node;
 using config_schema::find_key;
 using config_schema::KeySpec;
-using config_schema::Locator;
 using config_schema::schema;
 
 std::string_view parent_of(std::string_view path) {
@@ -30,53 +30,53 @@ std::string_view parent_of(std::string_view path) {
   return dot == std::string_view::npos ? std::string_view() : path.substr(0, dot);
 }
 
-std::string_view leaf_of(std::string_view path) {
-  size_t dot = path.rfind('.');
-  return dot == std::string_view::npos ? path : path.substr(dot + 1);
-}
+std::string_view leaf_of(std::string_view path) { return path.substr(path.rfind('.') + 1); }
 
-std::string join_path(std::string_view section, std::string_view name) {
-  return section.empty() ? std::string(name) : std::string(section) + "." + std::string(name);
-}
-
-// Every section path ("run", "precision", "precision.loss_scale", ...), then every key,
-// each in schema order.
-const std::vector<std::string>& paths() {
-  static const std::vector<std::string> kPaths = [] {
-    std::vector<std::string> out;
+// Every section ("run", "precision.loss_scale", ...) and key, in schema order, each section
+// before its first key.
+const std::vector<std::string_view>& paths() {
+  static const std::vector<std::string_view> kPaths = [] {
+    std::vector<std::string_view> out;
     for (const KeySpec& key : schema()) {
-      for (std::string_view p = parent_of(key.path); !p.empty(); p = parent_of(p)) {
-        if (std::find(out.begin(), out.end(), p) == out.end()) out.emplace_back(p);
+      for (size_t dot = key.path.find('.'); dot != std::string_view::npos;
+           dot = key.path.find('.', dot + 1)) {
+        if (std::find(out.begin(), out.end(), key.path.substr(0, dot)) == out.end()) {
+          out.push_back(key.path.substr(0, dot));
+        }
       }
+      out.push_back(key.path);
     }
-    for (const KeySpec& key : schema()) out.emplace_back(key.path);
     return out;
   }();
   return kPaths;
 }
 
-bool is_section(std::string_view path) {
-  return path.empty() ||
-         (!find_key(path) && std::find(paths().begin(), paths().end(), path) != paths().end());
+bool is_known(std::string_view path) {
+  return path.empty() || std::find(paths().begin(), paths().end(), path) != paths().end();
 }
 
 // "unknown key 'train.lrr'; did you mean 'train.lr'?" -- nearest within the same section
-// first, then the key or section with the nearest last name anywhere ("train.betas" ->
-// "optimizer.betas"); else the list of valid names in that section.
+// first, then the section or key with the nearest last name anywhere ("train.betas" ->
+// "optimizer.betas"); else the names valid in that section. Sections come before keys.
 std::string unknown_key_message(std::string_view path) {
   std::string msg = "unknown key '" + std::string(path) + "'";
-  std::string_view section = parent_of(path), name = leaf_of(path);
-  std::vector<std::string_view> siblings, leaves;
-  for (std::string_view p : paths()) {
-    leaves.push_back(leaf_of(p));
-    if (parent_of(p) == section) siblings.push_back(leaf_of(p));
+  std::string_view section = parent_of(path);
+  std::vector<std::string_view> all, siblings, leaves;
+  for (bool sections : {true, false}) {
+    for (std::string_view p : paths()) {
+      if ((find_key(p) == nullptr) != sections) continue;
+      all.push_back(p);
+      leaves.push_back(leaf_of(p));
+      if (parent_of(p) == section) siblings.push_back(leaf_of(p));
+    }
   }
-  std::string_view hint = config_schema::nearest(name, siblings);
-  if (!hint.empty()) return msg + "; did you mean '" + join_path(section, hint) + "'?";
-  hint = config_schema::nearest(name, leaves);
-  if (!hint.empty()) {
+  std::string prefix = section.empty() ? "" : std::string(section) + ".";
+  if (std::string_view hint = config_schema::nearest(leaf_of(path), siblings); !hint.empty()) {
+    return msg + "; did you mean '" + prefix + std::string(hint) + "'?";
+  }
+  if (std::string_view hint = config_schema::nearest(leaf_of(path), leaves); !hint.empty()) {
     auto it = std::find(leaves.begin(), leaves.end(), hint);
-    return msg + "; did you mean '" + paths()[it - leaves.begin()] + "'?";
+    return msg + "; did you mean '" + std::string(all[it - leaves.begin()]) + "'?";
   }
   msg +=
       section.empty() ? "; valid sections: " : "; valid keys in '" + std::string(section) + "': ";
@@ -84,147 +84,143 @@ std::string unknown_key_message(std::string_view path) {
   return msg;
 }
 
-// Fills CFG from a YAML tree and remembers where each key was set, for the messages of
-// the cross-field checks.
-class Reader {
- public:
-  explicit Reader(Config& cfg) : cfg_(cfg) {}
+// Fills CFG from YAML trees and remembers where each key was set, for the messages of the
+// cross-field checks. A position is "FILE:LINE:COL", or FIXED (such as "--set train.lr")
+// for every node of an override.
+struct Reader {
+  Config& cfg;
+  std::string file;
+  std::map<std::string, std::string> set_at;  // key -> where it was last set
+
+  std::string at(const YAML::Mark& mark, const std::string& fixed) const {
+    if (!fixed.empty() || mark.is_null()) return fixed.empty() ? file : fixed;
+    return file + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+  }
 
   // Applies NODE as the value of PATH (a key or a section; "" is the top level).
-  void apply(const std::string& path, const YAML::Node& node, const Locator& loc) {
+  void apply(const std::string& path, const YAML::Node& node, const std::string& fixed) {
     if (const KeySpec* key = find_key(path)) {
-      key->decode(node, loc, cfg_);
-      set_at_[path] = loc.at(node.Mark());
+      try {
+        key->decode(node, cfg);
+      } catch (const config_schema::NodeError& e) {
+        throw InputError(at(e.mark, fixed) + ": " + e.msg);
+      }
+      set_at[path] = at(node.Mark(), fixed);
       return;
     }
-    apply_section(path, node, loc);
-  }
-
-  // Where PATH was last set ("file:3:5", "--set a.b"), or "" if it kept its default.
-  std::string where(const std::string& path) const {
-    auto it = set_at_.find(path);
-    return it == set_at_.end() ? "" : it->second;
-  }
-
- private:
-  void apply_section(const std::string& path, const YAML::Node& node, const Locator& loc) {
     if (node.IsNull()) return;  // "train:" with nothing under it: all defaults
     if (!node.IsMap()) {
       std::string what = path.empty() ? "the top level must be a map of sections"
                                       : "'" + path + "' must be a map of keys";
-      throw InputError(loc.at(node.Mark()) + ": " + what + ", got " +
-                       config_schema::describe_node(node));
+      throw InputError(at(node.Mark(), fixed) + ": " + what + ", got " + describe_node(node));
     }
     std::map<std::string, std::string> seen;  // name -> where first set
     for (const auto& item : node) {
-      const YAML::Node& name_node = item.first;
-      std::string at = loc.at(name_node.Mark());
-      if (!name_node.IsScalar()) throw InputError(at + ": a key must be a plain name");
+      const YAML::Node &name_node = item.first, &value = item.second;
+      std::string here = at(name_node.Mark(), fixed);
+      if (!name_node.IsScalar()) throw InputError(here + ": a key must be a plain name");
       const std::string& name = name_node.Scalar();
-      std::string child = join_path(path, name);
+      std::string child = path.empty() ? name : path + "." + name;
       if (name.find('.') != std::string::npos) {
-        throw InputError(at + ": '" + name + "' is not a key here; write dotted keys nested (" +
+        throw InputError(here + ": '" + name + "' is not a key here; write dotted keys nested (" +
                          "a: {b: 1}), dotted paths are for --set only");
       }
-      if (!find_key(child) && !is_section(child)) {
-        throw InputError(at + ": " + unknown_key_message(child));
-      }
-      if (auto [it, fresh] = seen.emplace(name, at); !fresh) {
-        throw InputError(at + ": '" + child + "' is set twice (first at " + it->second + ")");
+      if (!is_known(child)) throw InputError(here + ": " + unknown_key_message(child));
+      if (auto [it, fresh] = seen.emplace(name, here); !fresh) {
+        throw InputError(here + ": '" + child + "' is set twice (first at " + it->second + ")");
       }
       // A null value ("steps:" with nothing after it) has no position of its own.
-      apply(child, item.second, item.second.IsNull() && !loc.fixed ? Locator{at, true} : loc);
+      apply(child, value, value.IsNull() && fixed.empty() ? here : fixed);
     }
   }
 
-  Config& cfg_;
-  std::map<std::string, std::string> set_at_;
+  void apply_override(const std::string& text) {
+    size_t eq = text.find('=');
+    std::string path = eq == std::string::npos ? "" : text.substr(0, eq);
+    while (!path.empty() && path.back() == ' ') path.pop_back();
+    if (path.empty()) {
+      throw InputError("--set " + text + ": expected KEY=VALUE, e.g. --set train.lr=1e-3");
+    }
+    if (!is_known(path)) throw InputError("--set " + text + ": " + unknown_key_message(path));
+    YAML::Node value;
+    try {
+      value = YAML::Load(text.substr(eq + 1));
+    } catch (const YAML::ParserException& e) {
+      throw InputError("--set " + text + ": VALUE is not valid YAML: " + e.msg);
+    }
+    apply(path, value, "--set " + path);
+  }
+
+  // Throws MSG located at the first of KEYS that the file or an override set.
+  [[noreturn]] void fail(std::initializer_list<std::string> keys, const std::string& msg) const {
+    for (const std::string& k : keys) {
+      if (auto it = set_at.find(k); it != set_at.end()) throw InputError(it->second + ": " + msg);
+    }
+    throw InputError(file + ": " + msg);
+  }
 };
 
-void apply_override(Reader& reader, const std::string& text) {
-  size_t eq = text.find('=');
-  std::string path = eq == std::string::npos ? "" : text.substr(0, eq);
-  while (!path.empty() && path.back() == ' ') path.pop_back();
-  if (path.empty()) {
-    throw InputError("--set " + text + ": expected KEY=VALUE, e.g. --set train.lr=1e-3");
-  }
-  if (!find_key(path) && !is_section(path)) {
-    throw InputError("--set " + text + ": " + unknown_key_message(path));
-  }
-  YAML::Node value;
-  try {
-    value = YAML::Load(text.substr(eq + 1));
-  } catch (const YAML::ParserException& e) {
-    throw InputError("--set " + text + ": VALUE is not valid YAML: " + e.msg);
-  }
-  reader.apply(path, value, Locator{"--set " + path, true});
-}
-
-// Rules that tie keys together. Each message is located at the first named key that the
-// file or an override set.
-void check_cross_fields(const Config& c, const Reader& reader, const std::string& name) {
-  auto fail = [&](std::initializer_list<std::string> keys, const std::string& msg) {
-    std::string at = name;
-    for (const std::string& k : keys) {
-      if (!reader.where(k).empty()) {
-        at = reader.where(k);
-        break;
-      }
-    }
-    throw InputError(at + ": " + msg);
-  };
+// Rules that tie keys together.
+void check_cross_fields(const Config& c, const Reader& reader) {
   auto num = [](double v) { return config_schema::format_double(v); };
   if (c.model.d_model % c.model.n_heads != 0) {
-    fail({"model.n_heads", "model.d_model"}, "'model.d_model' (" + std::to_string(c.model.d_model) +
-                                                 ") must be divisible by 'model.n_heads' (" +
-                                                 std::to_string(c.model.n_heads) + ")");
+    reader.fail({"model.n_heads", "model.d_model"}, "'model.d_model' (" +
+                                                        std::to_string(c.model.d_model) +
+                                                        ") must be divisible by 'model.n_heads' (" +
+                                                        std::to_string(c.model.n_heads) + ")");
   }
   if (c.data.source == DataSourceKind::file && c.data.path.empty()) {
-    fail({"data.source", "data.path"}, "'data.source' is file but 'data.path' is not set");
+    reader.fail({"data.source", "data.path"}, "'data.source' is file but 'data.path' is not set");
   }
   const LossScaleConfig& ls = c.precision.loss_scale;
   if (ls.min_scale > ls.initial) {
-    fail({"precision.loss_scale.min_scale", "precision.loss_scale.initial"},
-         "'precision.loss_scale.min_scale' (" + num(ls.min_scale) +
-             ") must be <= 'precision.loss_scale.initial' (" + num(ls.initial) + ")");
+    reader.fail({"precision.loss_scale.min_scale", "precision.loss_scale.initial"},
+                "'precision.loss_scale.min_scale' (" + num(ls.min_scale) +
+                    ") must be <= 'precision.loss_scale.initial' (" + num(ls.initial) + ")");
   }
 }
 
-std::string read_file(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  auto fail = [&] {
-    return InputError("cannot read config '" + path + "': " + std::strerror(errno));
-  };
-  if (!f) throw fail();
-  std::string text;
-  char buf[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) text.append(buf, n);
-  if (std::ferror(f.get())) throw fail();
-  return text;
+// Writes SECTION's keys and subsections as one YAML map, in schema order.
+void emit_section(YAML::Emitter& out, const Config& cfg, std::string_view section) {
+  out << YAML::BeginMap;
+  for (std::string_view p : paths()) {
+    if (parent_of(p) != section) continue;
+    out << YAML::Key << std::string(leaf_of(p)) << YAML::Value;
+    if (const KeySpec* key = find_key(p))
+      key->encode(cfg, out);
+    else
+      emit_section(out, cfg, p);
+  }
+  out << YAML::EndMap;
 }
 
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_config(read_file(path), path, overrides);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  std::string text;
+  char buf[1 << 16];
+  for (size_t n = 0; f && (n = std::fread(buf, 1, sizeof buf, f.get())) > 0;) text.append(buf, n);
+  if (!f || std::ferror(f.get())) {
+    throw InputError("cannot read config '" + path + "': " + std::strerror(errno));
+  }
+  return parse_config(text, path, overrides);
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& name,
                     const std::vector<std::string>& overrides) {
   Config cfg;
   cfg.source_path = name;
-  Locator file{name, false};
+  Reader reader{cfg, name, {}};
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
   } catch (const YAML::ParserException& e) {
-    throw InputError(file.at(e.mark) + ": YAML syntax error: " + e.msg);
+    throw InputError(reader.at(e.mark, "") + ": YAML syntax error: " + e.msg);
   }
-  Reader reader(cfg);
-  reader.apply("", root, file);  // an empty file (or only comments) is all defaults
-  for (const std::string& o : overrides) apply_override(reader, o);
-  check_cross_fields(cfg, reader, name);
+  reader.apply("", root, "");  // an empty file (or only comments) is all defaults
+  for (const std::string& o : overrides) reader.apply_override(o);
+  check_cross_fields(cfg, reader);
   return cfg;
 }
 
@@ -250,24 +246,7 @@ void validate_for_world(const Config& cfg, int world_size) {
 std::string config_to_yaml(const Config& cfg) {
   YAML::Emitter out;
   out.SetNullFormat(YAML::LowerNull);
-  out << YAML::BeginMap;
-  std::vector<std::string_view> open;  // the sections the emitter is inside, outermost first
-  for (const KeySpec& key : schema()) {
-    std::vector<std::string_view> want;
-    for (std::string_view p = parent_of(key.path); !p.empty(); p = parent_of(p)) {
-      want.insert(want.begin(), leaf_of(p));
-    }
-    size_t common = 0;
-    while (common < open.size() && common < want.size() && open[common] == want[common]) ++common;
-    for (; open.size() > common; open.pop_back()) out << YAML::EndMap;
-    for (; open.size() < want.size(); open.push_back(want[open.size()])) {
-      out << YAML::Key << std::string(want[open.size()]) << YAML::Value << YAML::BeginMap;
-    }
-    out << YAML::Key << std::string(leaf_of(key.path)) << YAML::Value;
-    key.encode(cfg, out);
-  }
-  for (; !open.empty(); open.pop_back()) out << YAML::EndMap;
-  out << YAML::EndMap;
+  emit_section(out, cfg, "");
   return std::string(out.c_str()) + "\n";
 }
 
@@ -278,19 +257,15 @@ std::vector<std::string> config_keys() {
 }
 
 std::string config_reference_markdown() {
-  const Config defaults;
   std::string md;
-  std::string_view current;
-  for (const KeySpec& key : schema()) {
-    std::string_view top = key.path.substr(0, key.path.find('.'));
-    if (top != current) {
-      current = top;
-      md += std::string(md.empty() ? "" : "\n") + "### `" + std::string(top) + "`\n\n" +
+  for (std::string_view p : paths()) {
+    if (p.find('.') == std::string_view::npos) {
+      md += std::string(md.empty() ? "" : "\n") + "### `" + std::string(p) + "`\n\n" +
             "| key | type | default | range | meaning |\n|---|---|---|---|---|\n";
+    } else if (const KeySpec* key = find_key(p)) {
+      md += "| `" + std::string(key->path) + "` | " + key->type + " | `" + key->def + "` | " +
+            (key->range.empty() ? "any" : key->range) + " | " + std::string(key->doc) + " |\n";
     }
-    md += "| `" + std::string(key.path) + "` | " + key.type + " | `" +
-          config_schema::encode_inline(key, defaults) + "` | " +
-          (key.range.empty() ? "any" : key.range) + " | " + std::string(key.doc) + " |\n";
   }
   return md;
 }

@@ -6,9 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <ranges>
 #include <type_traits>
-
-#include "core/error.h"
 
 namespace ringstep::config_schema {
 namespace {
@@ -17,18 +16,15 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::string number_text(double v) {
   char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, res.ptr);
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
 }
 
 std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 // Closed or open numeric bounds; unbounded by default.
 struct Range {
-  double lo = -kInf;
-  double hi = kInf;
-  bool lo_open = false;
-  bool hi_open = false;
+  double lo = -kInf, hi = kInf;
+  bool lo_open = false, hi_open = false;
 
   bool contains(double v) const {
     return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
@@ -39,17 +35,16 @@ struct Range {
       return std::string("in ") + (lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) +
              (hi_open ? ")" : "]");
     }
-    if (std::isfinite(lo)) return (lo_open ? "> " : ">= ") + number_text(lo);
-    return "";
+    return std::isfinite(lo) ? (lo_open ? "> " : ">= ") + number_text(lo) : "";
   }
 };
 
 constexpr Range at_least(double lo) { return {lo, kInf, false, false}; }
 constexpr Range above(double lo) { return {lo, kInf, true, false}; }
-constexpr Range closed(double lo, double hi) { return {lo, hi, false, false}; }
-constexpr Range half_open(double lo, double hi) { return {lo, hi, false, true}; }
-constexpr Range open_closed(double lo, double hi) { return {lo, hi, true, false}; }
-constexpr Range open(double lo, double hi) { return {lo, hi, true, true}; }
+// in('(', 0, 1, ']') is (0, 1].
+constexpr Range in(char open, double lo, double hi, char close) {
+  return {lo, hi, open == '(', close == ')'};
+}
 
 // Parses the whole of S as a number (a leading '+' allowed); false on any leftover text.
 template <class T>
@@ -69,48 +64,59 @@ std::string got_text(const YAML::Node& node) {
   return out + "]";
 }
 
-// Whether a YAML reader would take S as something other than a string (bool, null, number),
-// so that the emitter must quote it.
-bool looks_typed(const std::string& s) {
+// Quotes S when a YAML reader would take it for something other than a string (bool, null,
+// number).
+void emit_string(YAML::Emitter& out, const std::string& s) {
   static const std::vector<std::string_view> kWords = {
       "y",  "Y",    "yes",  "Yes",  "YES",   "n",     "N",     "no", "No",
       "NO", "true", "True", "TRUE", "false", "False", "FALSE", "on", "On",
       "ON", "off",  "Off",  "OFF",  "null",  "Null",  "NULL",  "~"};
-  if (std::find(kWords.begin(), kWords.end(), s) != kWords.end()) return true;
   double d = 0;
-  return parse_number(s, d) || s.starts_with(".inf") || s.starts_with(".nan") ||
-         s.starts_with("-.inf") || s.starts_with(".NaN") || s.starts_with(".Inf");
-}
-
-void emit_string(YAML::Emitter& out, const std::string& s) {
-  if (looks_typed(s)) out << YAML::DoubleQuoted;
+  if (std::find(kWords.begin(), kWords.end(), s) != kWords.end() || parse_number(s, d) ||
+      s.starts_with(".inf") || s.starts_with(".nan") || s.starts_with("-.inf") ||
+      s.starts_with(".NaN") || s.starts_with(".Inf")) {
+    out << YAML::DoubleQuoted;
+  }
   out << s;
 }
 
-std::string inline_yaml(const std::function<void(YAML::Emitter&)>& write) {
-  YAML::Emitter out;
-  out.SetNullFormat(YAML::LowerNull);
-  write(out);
-  return out.c_str();
+// Writes X as YAML that the key's codec reads back to X: floats with a dot, enums by name,
+// "" as null, lists in flow style.
+template <class T>
+void write(YAML::Emitter& out, const T& x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    out << format_double(x);
+  } else if constexpr (NamedEnum<T>) {
+    out << name(x);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (x.empty())
+      out << YAML::Null;
+    else
+      emit_string(out, x);
+  } else if constexpr (std::ranges::range<T>) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (const auto& e : x) write(out, e);
+    out << YAML::EndSeq;
+  } else {
+    out << x;
+  }
 }
 
-// One value being read: the key it is for and where it stands, for the messages.
+// One value being read: the key it is for and its node, for the messages.
 struct Value {
   std::string_view path;
   YAML::Node node;
-  const Locator& loc;
 
-  // Throws "WHERE: 'KEY' must be WHAT, got GOT".
+  // Throws "'KEY' must be WHAT, got GOT" at the node.
   [[noreturn]] void fail(const std::string& what, const std::string& got) const {
-    throw InputError(loc.at(node.Mark()) + ": '" + std::string(path) + "' must be " + what +
-                     ", got " + got);
+    throw NodeError{node.Mark(), "'" + std::string(path) + "' must be " + what + ", got " + got};
   }
   // The scalar's text; anything else fails with WHAT.
   std::string scalar(const std::string& what) const {
     if (!node.IsScalar()) fail(what, describe_node(node));
     return node.Scalar();
   }
-  Value item(size_t i) const { return {path, node[i], loc}; }
+  Value item(size_t i) const { return {path, node[i]}; }
 };
 
 // How one kind of value is read (checking type and range), written and documented.
@@ -119,9 +125,19 @@ struct Codec {
   std::string type;   // the docs' type column
   std::string range;  // the docs' range column; "" = any
   std::function<T(const Value&)> read;
-  std::function<void(YAML::Emitter&, const T&)> write;
-  // What to use in place of a value this build refuses; "" when the value is built.
-  std::function<std::string(const T&)> refuse = [](const T&) { return std::string(); };
+  // What to use in place of a value this build refuses ; "" or null when it is built.
+  std::function<std::string(const T&)> refuse = nullptr;
+  bool zero_is_auto = false;  // 0 stands for the word auto
+
+  void write(YAML::Emitter& out, const T& x) const {
+    if constexpr (std::is_arithmetic_v<T>) {
+      if (zero_is_auto && x == 0) {
+        out << "auto";
+        return;
+      }
+    }
+    config_schema::write(out, x);
+  }
 };
 
 // A number of type T (int: 32 bits; uint64_t; double: finite) in RANGE. WHAT is the phrase
@@ -155,70 +171,46 @@ Codec<T> number(Range range = {}, bool with_auto = false) {
             bool is_auto = with_auto && v.node.IsScalar() && v.node.Scalar() == "auto";
             return is_auto ? T(0) : read_number<T>(v, range, what, pre);
           },
-          [=](YAML::Emitter& out, const T& x) {
-            if (with_auto && x == 0)
-              out << "auto";
-            else if constexpr (std::is_floating_point_v<T>)
-              out << format_double(x);
-            else
-              out << x;
-          }};
+          nullptr, with_auto};
 }
 constexpr bool kAuto = true;
 
 Codec<bool> boolean() {
-  return {"bool", "",
-          [](const Value& v) {
+  return {"bool", "", [](const Value& v) {
             std::string text = v.scalar("true or false");
             bool x = false;
             if (!YAML::convert<bool>::decode(v.node, x)) v.fail("true or false", quoted(text));
             return x;
-          },
-          [](YAML::Emitter& out, const bool& x) { out << x; }};
+          }};
 }
 
 Codec<std::string> text() {
-  return {"string", "non-empty",
-          [](const Value& v) {
+  return {"string", "non-empty", [](const Value& v) {
             std::string s = v.scalar("a non-empty string");
             if (s.empty()) v.fail("a non-empty string", "''");
             return s;
-          },
-          emit_string};
+          }};
 }
 
 // A path, or YAML null (or "") for none, stored as "".
 Codec<std::string> path_or_null() {
   return {"path or null", "",
-          [](const Value& v) { return v.node.IsNull() ? "" : v.scalar("null or a path"); },
-          [](YAML::Emitter& out, const std::string& s) {
-            if (s.empty())
-              out << YAML::Null;
-            else
-              emit_string(out, s);
-          }};
+          [](const Value& v) { return v.node.IsNull() ? "" : v.scalar("null or a path"); }};
 }
 
 Codec<std::array<double, 2>> pair(Range range) {
-  const std::string what = "a list of 2 numbers";
-  return {"[float, float]", "each " + range.describe(),
-          [=](const Value& v) {
+  const std::string what = "a list of 2 numbers", each = what + " each ";
+  return {"[float, float]", "each " + range.describe(), [=](const Value& v) {
             if (!v.node.IsSequence() || v.node.size() != 2) v.fail(what, got_text(v.node));
-            return std::array<double, 2>{
-                read_number<double>(v.item(0), range, what, what + " each "),
-                read_number<double>(v.item(1), range, what, what + " each ")};
-          },
-          [](YAML::Emitter& out, const std::array<double, 2>& p) {
-            out << YAML::Flow << YAML::BeginSeq << format_double(p[0]) << format_double(p[1])
-                << YAML::EndSeq;
+            return std::array<double, 2>{read_number<double>(v.item(0), range, what, each),
+                                         read_number<double>(v.item(1), range, what, each)};
           }};
 }
 
 // [first, last] (inclusive, 1-based) or [] for none.
 Codec<std::vector<int>> step_window() {
   const std::string what = "[] or [first, last] with 0 < first <= last";
-  return {"[int, int] or []", "0 < first <= last",
-          [=](const Value& v) {
+  return {"[int, int] or []", "0 < first <= last", [=](const Value& v) {
             const YAML::Node& n = v.node;
             if (!n.IsSequence() || (n.size() != 0 && n.size() != 2)) v.fail(what, got_text(n));
             std::vector<int> w;
@@ -226,11 +218,6 @@ Codec<std::vector<int>> step_window() {
               w.push_back(read_number<int>(v.item(i), {}, what));
             if (!w.empty() && !(0 < w[0] && w[0] <= w[1])) v.fail(what, got_text(n));
             return w;
-          },
-          [](YAML::Emitter& out, const std::vector<int>& w) {
-            out << YAML::Flow << YAML::BeginSeq;
-            for (int x : w) out << x;
-            out << YAML::EndSeq;
           }};
 }
 
@@ -238,27 +225,25 @@ Codec<std::vector<int>> step_window() {
 template <NamedEnum E>
 Codec<E> choice(std::vector<E> not_built = {}) {
   const std::string what = "one of " + names_of<E>();
+  auto off = [=](E x) {
+    return std::find(not_built.begin(), not_built.end(), x) != not_built.end();
+  };
   std::vector<std::string_view> names;
   std::string doc, built;
   for (const EnumName<E>& n : enum_names(E{})) {
-    const bool off = std::find(not_built.begin(), not_built.end(), n.value) != not_built.end();
     names.push_back(n.name);
-    doc += (doc.empty() ? "" : ", ") + std::string(n.name) + (off ? " (not built yet)" : "");
-    if (!off) built += (built.empty() ? "" : " or ") + std::string(n.name);
+    doc +=
+        (doc.empty() ? "" : ", ") + std::string(n.name) + (off(n.value) ? " (not built yet)" : "");
+    if (!off(n.value)) built += (built.empty() ? "" : " or ") + std::string(n.name);
   }
-  Codec<E> c{"enum", doc,
-             [=](const Value& v) {
-               std::string s = v.scalar(what);
-               if (std::optional<E> x = find_name<E>(s)) return *x;
-               std::string_view hint = nearest(s, names);
-               v.fail(what,
-                      quoted(s) + (hint.empty() ? "" : "; did you mean " + quoted(hint) + "?"));
-             },
-             [](YAML::Emitter& out, const E& x) { out << name(x); }};
-  c.refuse = [=](const E& x) {
-    return std::find(not_built.begin(), not_built.end(), x) != not_built.end() ? built : "";
-  };
-  return c;
+  return {"enum", doc,
+          [=](const Value& v) {
+            std::string s = v.scalar(what);
+            if (std::optional<E> x = find_name<E>(s)) return *x;
+            std::string_view hint = nearest(s, names);
+            v.fail(what, quoted(s) + (hint.empty() ? "" : "; did you mean " + quoted(hint) + "?"));
+          },
+          [=](const E& x) { return off(x) ? built : ""; }};
 }
 
 // Built::no marks a key whose feature does not exist yet: any value but the default is
@@ -269,24 +254,25 @@ enum class Built { yes, no };
 template <class T, class Get>
 KeySpec key(std::string_view path, Get get, Codec<T> c, std::string_view doc,
             Built built = Built::yes) {
+  static const Config kDefaults;
+  YAML::Emitter def;
+  def.SetNullFormat(YAML::LowerNull);
+  c.write(def, get(kDefaults));
+  const std::string def_text = def.c_str();
   if (built == Built::no) {
-    static const Config kDefaults;
-    const T def = get(kDefaults);
-    const std::string def_text = inline_yaml([&](YAML::Emitter& out) { c.write(out, def); });
-    c.refuse = [=](const T& x) { return x == def ? "" : def_text + " (the default)"; };
+    c.refuse = [=](const T& x) { return x == get(kDefaults) ? "" : def_text + " (the default)"; };
     c.range += (c.range.empty() ? "" : "; ") + ("not built yet: only " + def_text);
   }
-  KeySpec k{path, c.type, c.range, doc, nullptr, nullptr};
-  k.decode = [path, get, c](const YAML::Node& node, const Locator& loc, Config& cfg) {
-    T x = c.read(Value{path, node, loc});
-    if (std::string use = c.refuse(x); !use.empty()) {
-      throw InputError(loc.at(node.Mark()) + ": '" + std::string(path) + "': " +
-                       describe_node(node) + " is not implemented yet in this build; use " + use);
+  auto decode = [path, get, c](const YAML::Node& node, Config& cfg) {
+    T x = c.read(Value{path, node});
+    if (std::string use = c.refuse ? c.refuse(x) : ""; !use.empty()) {
+      throw NodeError{node.Mark(), "'" + std::string(path) + "': " + describe_node(node) +
+                                       " is not implemented yet in this build; use " + use};
     }
     get(cfg) = std::move(x);
   };
-  k.encode = [get, c](const Config& cfg, YAML::Emitter& out) { c.write(out, get(cfg)); };
-  return k;
+  auto encode = [get, c](const Config& cfg, YAML::Emitter& out) { c.write(out, get(cfg)); };
+  return {path, c.type, c.range, def_text, doc, decode, encode};
 }
 
 // A key's dotted path is the path of its field in Config.
@@ -301,7 +287,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(run.device), choice<Device>({Device::cuda}), "where the model runs"),
   key(KEY(run.threads), number<int>(at_least(1), kAuto), "CPU threads per rank; auto = cores / ranks on this node"),
 
-  key(KEY(model.vocab_size), number<int>(closed(2, 65536)), "vocabulary size (tokens are uint16 on disk)"),
+  key(KEY(model.vocab_size), number<int>(in('[', 2, 65536, ']')), "vocabulary size (tokens are uint16 on disk)"),
   key(KEY(model.seq_len), number<int>(at_least(1)), "context length T in tokens"),
   key(KEY(model.d_model), number<int>(at_least(1)), "hidden width C; must be divisible by n_heads"),
   key(KEY(model.n_layers), number<int>(at_least(1)), "number of Transformer blocks L"),
@@ -316,7 +302,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(train.grad_accum_steps), number<int>(at_least(1)), "micro-batches accumulated per optimizer step"),
   key(KEY(train.global_batch), number<int>(at_least(0)), "0 = derived; else must equal micro_batch x grad_accum_steps x world_size"),
   key(KEY(train.lr), number<double>(above(0)), "peak learning rate"),
-  key(KEY(train.min_lr_ratio), number<double>(closed(0, 1)), "final lr = lr x min_lr_ratio (cosine, linear)"),
+  key(KEY(train.min_lr_ratio), number<double>(in('[', 0, 1, ']')), "final lr = lr x min_lr_ratio (cosine, linear)"),
   key(KEY(train.warmup_steps), number<int>(at_least(0)), "linear warmup from 0 to lr; may exceed steps"),
   key(KEY(train.schedule), choice<LrScheduleKind>(), "lr decay after warmup"),
   key(KEY(train.weight_decay), number<double>(at_least(0)), "decoupled (AdamW) weight decay on matrices"),
@@ -327,19 +313,19 @@ const std::vector<KeySpec> kSchema = {
 
   key(KEY(precision.dtype), choice<DType>(), "activation and matmul-input dtype; master weights stay fp32"),
   key(KEY(precision.loss_scale.mode), choice<LossScaleMode>(), "loss scaling; auto = dynamic for fp16, none for bf16 and fp32 (they have fp32's exponent range); see docs/precision.md"),
-  key(KEY(precision.loss_scale.initial), number<double>(open_closed(0, kMaxLossScale)), "starting scale (the scale for static); at most 2^24, see docs/precision.md"),
+  key(KEY(precision.loss_scale.initial), number<double>(in('(', 0, kMaxLossScale, ']')), "starting scale (the scale for static); at most 2^24, see docs/precision.md"),
   key(KEY(precision.loss_scale.growth_factor), number<double>(above(1)), "scale *= this after growth_interval clean steps in a row (never above 2^24)"),
-  key(KEY(precision.loss_scale.backoff_factor), number<double>(open(0, 1)), "scale *= this on an overflow once hysteresis has run out (never below min_scale)"),
+  key(KEY(precision.loss_scale.backoff_factor), number<double>(in('(', 0, 1, ')')), "scale *= this on an overflow once hysteresis has run out (never below min_scale)"),
   key(KEY(precision.loss_scale.growth_interval), number<int>(at_least(1)), "clean steps in a row before the scale grows"),
   key(KEY(precision.loss_scale.hysteresis), number<int>(at_least(1)), "overflows before the first backoff; re-armed only when the scale grows"),
-  key(KEY(precision.loss_scale.min_scale), number<double>(open_closed(0, kMaxLossScale)), "floor for the scale; must be <= initial"),
+  key(KEY(precision.loss_scale.min_scale), number<double>(in('(', 0, kMaxLossScale, ']')), "floor for the scale; must be <= initial"),
   key(KEY(precision.loss_scale.max_consecutive_skips), number<int>(at_least(1)), "stop the run after this many skipped (inf/NaN) steps in a row, in every mode"),
 
   key(KEY(recompute.policy), choice<RecomputePolicy>(), "activation recomputation: none, every block, every k-th block, attention only"),
   key(KEY(recompute.k), number<int>(at_least(1)), "for every_k: recompute blocks whose index is a multiple of k"),
 
   key(KEY(optimizer.name), choice<OptimizerKind>({OptimizerKind::onebit_adam}), "optimizer"),
-  key(KEY(optimizer.betas), pair(half_open(0, 1)), "Adam beta1, beta2"),
+  key(KEY(optimizer.betas), pair(in('[', 0, 1, ')')), "Adam beta1, beta2"),
   key(KEY(optimizer.eps), number<double>(above(0)), "Adam epsilon"),
   key(KEY(optimizer.onebit.freeze_step), number<int>(at_least(0)), "1-bit Adam: full-precision warmup steps before the variance freezes"),
   key(KEY(optimizer.onebit.scale), choice<OneBitScale>(), "1-bit Adam: per-chunk scale of the sign vector"),
@@ -367,34 +353,17 @@ const std::vector<KeySpec> kSchema = {
 }  // namespace
 
 std::string describe_node(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Scalar:
-      return quoted(node.Scalar());
-    default:
-      return "null";
-  }
-}
-
-std::string Locator::at(const YAML::Mark& mark) const {
-  if (fixed || mark.is_null()) return name;
-  return name + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+  if (node.IsMap()) return "a map";
+  if (node.IsSequence()) return "a list";
+  return node.IsScalar() ? quoted(node.Scalar()) : "null";
 }
 
 const std::vector<KeySpec>& schema() { return kSchema; }
 
 const KeySpec* find_key(std::string_view path) {
-  for (const KeySpec& key : kSchema) {
-    if (key.path == path) return &key;
-  }
-  return nullptr;
-}
-
-std::string encode_inline(const KeySpec& key, const Config& cfg) {
-  return inline_yaml([&](YAML::Emitter& out) { key.encode(cfg, out); });
+  auto it = std::find_if(kSchema.begin(), kSchema.end(),
+                         [&](const KeySpec& key) { return key.path == path; });
+  return it == kSchema.end() ? nullptr : &*it;
 }
 
 std::string format_double(double v) {
@@ -405,8 +374,10 @@ std::string format_double(double v) {
   return s;
 }
 
+// Edit distance counting an adjacent swap as one edit ("trian" -> "train"). Close enough: a
+// few edits for the word's length, or one name a prefix of the other ("warmup" ->
+// "warmup_steps").
 std::string_view nearest(std::string_view word, const std::vector<std::string_view>& candidates) {
-  // Edit distance counting an adjacent swap as one edit ("trian" -> "train").
   auto distance = [](std::string_view a, std::string_view b) {
     std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
     for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
@@ -422,19 +393,13 @@ std::string_view nearest(std::string_view word, const std::vector<std::string_vi
     }
     return d[a.size()][b.size()];
   };
-  // Close enough: a few edits for the word's length, or one name a prefix of the other
-  // ("warmup" -> "warmup_steps").
-  size_t max_edits = std::max<size_t>(1, std::min<size_t>(3, word.size() / 3));
+  size_t max_edits = std::max<size_t>(1, std::min<size_t>(3, word.size() / 3)), best_d = SIZE_MAX;
   std::string_view best;
-  size_t best_d = std::numeric_limits<size_t>::max();
   for (std::string_view c : candidates) {
     size_t d = distance(word, c);
     bool prefix =
         std::min(word.size(), c.size()) >= 3 && (c.starts_with(word) || word.starts_with(c));
-    if ((d <= max_edits || prefix) && d < best_d) {
-      best = c;
-      best_d = d;
-    }
+    if ((d <= max_edits || prefix) && d < best_d) std::tie(best, best_d) = std::pair(c, d);
   }
   return best;
 }

@@ -14,23 +14,22 @@
 
 namespace ringstep::config_schema {
 
-// Says where a YAML node came from in error messages: "FILE:LINE:COL" (1-based) for a file,
-// or a fixed label such as "--set train.lr" for an override.
-struct Locator {
-  std::string name;
-  bool fixed = false;
-
-  std::string at(const YAML::Mark& mark) const;
+// A value that does not fit its key: MSG ("'train.lr' must be > 0, got 0") and the position
+// of the offending node, which the reader turns into "FILE:LINE:COL" or "--set KEY".
+struct NodeError {
+  YAML::Mark mark;
+  std::string msg;
 };
 
 struct KeySpec {
   std::string_view path;  // "precision.loss_scale.mode"
   std::string type;       // for the docs: "int", "auto or float", "enum", ...
   std::string range;      // for the docs: ">= 1", "mpi, nccl (not built yet)"; "" = any
+  std::string def;        // the default as one line of YAML ("0.003", "[5, 7]", "null")
   std::string_view doc;
   // Reads NODE into this key's field of CFG, checking type and range and refusing a value
-  // that is not built yet. Throws InputError located by LOC at NODE.
-  std::function<void(const YAML::Node& node, const Locator& loc, Config& cfg)> decode;
+  // that is not built yet. Throws NodeError.
+  std::function<void(const YAML::Node& node, Config& cfg)> decode;
   // Writes the field as a YAML value that decode reads back to the same value.
   std::function<void(const Config& cfg, YAML::Emitter& out)> encode;
 };
@@ -39,8 +38,6 @@ struct KeySpec {
 const std::vector<KeySpec>& schema();
 const KeySpec* find_key(std::string_view path);
 
-// KEY's field as one line of YAML ("0.003", "[5, 7]", "null"), for docs and messages.
-std::string encode_inline(const KeySpec& key, const Config& cfg);
 // What a node is, for "got ..." in messages: "'text'", "a list", "a map" or "null".
 std::string describe_node(const YAML::Node& node);
 // The shortest text that reads back to exactly V, in YAML 1.1 float syntax ("1.0e-08").
