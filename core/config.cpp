@@ -224,6 +224,8 @@ Config parse_config(const std::string& yaml_text, const std::string& name,
   return cfg;
 }
 
+void check_config(const Config& cfg) { parse_config(config_to_yaml(cfg), "effective config"); }
+
 void validate_for_world(const Config& cfg, int world_size) {
   if (world_size < 1)
     throw InputError("world size must be >= 1, got " + std::to_string(world_size));

@@ -220,6 +220,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // Same, from YAML text (NAME is used in messages in place of the file name).
 Config parse_config(const std::string& yaml_text, const std::string& name,
                     const std::vector<std::string>& overrides = {});
+// Checks a Config that code may have changed after loading against the same schema as
+// load_config (types, ranges, "not built yet" values, cross-field rules), by reading back
+// its effective YAML; messages locate keys in that text ("effective config:LINE:COL").
+// Throws InputError.
+void check_config(const Config& cfg);
 // Checks what depends on the world size (the batch invariant). Throws InputError.
 void validate_for_world(const Config& cfg, int world_size);
 // The effective config (every key, defaults filled in) as YAML text that load_config

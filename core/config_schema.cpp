@@ -338,7 +338,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(comm.link.latency_us), number<double>(at_least(0)), "emulated per-message latency in microseconds; 0 = none"),
 
   key(KEY(profile.enabled), boolean(), "time every step"),
-  key(KEY(profile.log_every), number<int>(at_least(1)), "aggregate across ranks and print every N steps"),
+  key(KEY(profile.log_every), number<int>(at_least(1)), "print a console line every N steps (steps.jsonl keeps every step)"),
   key(KEY(profile.trace_steps), step_window(), "Chrome trace of steps first..last (inclusive); [] = none"),
   key(KEY(profile.peak_gflops), number<double>(above(0), kAuto), "peak GFLOP/s per rank for MFU; auto = measured at start"),
 

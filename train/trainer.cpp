@@ -42,8 +42,10 @@ GptOptions model_options(const Config& cfg) {
   return {cfg.precision.dtype, cfg.recompute.policy, cfg.recompute.k};
 }
 
-// Checks what depends on the world size before anything else is built.
+// Checks the config (a caller may have changed it after loading) and what depends on the
+// world size, before anything else is built.
 const Config& checked(const Config& cfg, int world) {
+  check_config(cfg);
   validate_for_world(cfg, world);
   return cfg;
 }

@@ -66,6 +66,23 @@ TEST(Trainer, WritesRunDirectoryWithStepRecords) {
   fs::remove_all(out);
 }
 
+// A config changed in code after loading is checked by the same schema: an unbuilt value
+// is refused, never silently replaced by what is built.
+TEST(Trainer, UnbuiltValueSetInCodeIsRefusedBeforeAnythingIsWritten) {
+  fs::path out = TempDir("unbuilt");
+  Config cfg = SmallRun(out, 2);
+  cfg.optimizer.name = OptimizerKind::onebit_adam;
+  try {
+    train(cfg, nullptr);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'optimizer.name': 'onebit_adam' is not implemented yet"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST(Trainer, BadDataFileLeavesNoRunDirectory) {
   fs::path out = TempDir("baddata");
   Config cfg = SmallRun(out, 2);
