@@ -14,9 +14,9 @@ namespace ringstep {
 namespace {
 
 // GFLOP/s of GEMM(), a DIM^3 product, on one thread: warm-up first (page in, and keep the
-// core busy long enough, 0.5 s, for its clock to ramp up; this host's speed also drifts by
-// up to 1.5x within minutes, docs/perf.md), then the best of REPEATS timed calls. Restores
-// the thread count to THREADS_AFTER.
+// core busy long enough, 0.5 s, for its clock to ramp up; a shared host's speed also drifts
+// within minutes, docs/perf.md), then the best of REPEATS timed calls. Restores the thread
+// count to THREADS_AFTER.
 template <typename F>
 double best_gflops(F&& gemm, int dim, int repeats, int threads_after) {
   set_compute_threads(1);
