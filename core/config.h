@@ -93,6 +93,7 @@ struct DataConfig {
   DataSourceKind source = DataSourceKind::synthetic;
   std::string path;      // token file for source=file ("" when null)
   std::string val_path;  // optional held-out token file ("" = tail of path)
+  bool shuffle = true;   // token files: a seeded new order of each rank's windows per epoch
 
   bool operator==(const DataConfig&) const = default;
 };

@@ -296,6 +296,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(data.source), choice<DataSourceKind>(), "synthetic = seeded Markov source with a known entropy floor; file = token file"),
   key(KEY(data.path), path_or_null(), "token file (from `ringstep prepare`); required when source is file"),
   key(KEY(data.val_path), path_or_null(), "held-out token file; null = the tail of path"),
+  key(KEY(data.shuffle), boolean(), "token files: read each rank's training windows in a new order every epoch, seeded by run.seed; false = file order"),
 
   key(KEY(train.steps), number<int>(at_least(1)), "optimizer steps"),
   key(KEY(train.micro_batch), number<int>(at_least(1)), "sequences per rank per forward/backward"),

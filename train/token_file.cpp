@@ -6,9 +6,11 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <stdexcept>
 
 #include "core/error.h"
+#include "train/synthetic.h"
 
 namespace ringstep {
 namespace {
@@ -125,17 +127,20 @@ void prepare_tokens(const std::string& input_text_path, const std::string& outpu
 namespace {
 
 // Window w of a part covers tokens [begin + w*(T+1), begin + (w+1)*(T+1)). The j-th window
-// this source reads is first + (j mod count) * stride.
+// this source reads is first + order_e(j mod count) * stride, where e = j / count is the
+// epoch and order_e is the identity, or with shuffling a permutation of [0, count) that
+// depends only on (seed, e): any position can be sought without replaying the ones before.
 class FileSource final : public DataSource {
  public:
   FileSource(std::vector<uint16_t> tokens, size_t begin, int seq_len, size_t first, size_t stride,
-             size_t count, std::string description)
+             size_t count, std::optional<uint64_t> shuffle_seed, std::string description)
       : tokens_(std::move(tokens)),
         begin_(begin),
         seq_len_(seq_len),
         first_(first),
         stride_(stride),
         count_(count),
+        shuffle_seed_(shuffle_seed),
         description_(std::move(description)) {}
 
   void next_batch(int32_t* inputs, int32_t* targets, int B, int T) override {
@@ -143,7 +148,7 @@ class FileSource final : public DataSource {
       throw std::invalid_argument(fmt("FileSource: T=%d but seq_len is %d", T, seq_len_));
     const size_t window = static_cast<size_t>(T) + 1;
     for (int i = 0; i < B; ++i) {
-      const size_t w = first_ + (cursor_++ % count_) * stride_;
+      const size_t w = first_ + window_of(cursor_++) * stride_;
       const uint16_t* src = &tokens_[begin_ + w * window];
       std::copy(src, src + T, inputs + static_cast<size_t>(i) * T);
       std::copy(src + 1, src + T + 1, targets + static_cast<size_t>(i) * T);
@@ -156,11 +161,29 @@ class FileSource final : public DataSource {
   std::string describe() const override { return description_; }
 
  private:
+  // The index in [0, count) of the J-th window read.
+  size_t window_of(uint64_t j) {
+    if (!shuffle_seed_) return j % count_;
+    const uint64_t epoch = j / count_;
+    if (order_.empty() || epoch != order_epoch_) {
+      // Fisher-Yates with a generator of its own per (seed, epoch).
+      order_.resize(count_);
+      for (size_t i = 0; i < count_; ++i) order_[i] = i;
+      SplitMix64 rng(*shuffle_seed_, epoch);
+      for (size_t i = count_ - 1; i > 0; --i) std::swap(order_[i], order_[rng.next() % (i + 1)]);
+      order_epoch_ = epoch;
+    }
+    return order_[j % count_];
+  }
+
   std::vector<uint16_t> tokens_;
   size_t begin_;
   int seq_len_;
   size_t first_, stride_, count_;
+  std::optional<uint64_t> shuffle_seed_;  // none: file order
   size_t cursor_ = 0;
+  std::vector<size_t> order_;  // the permutation of epoch order_epoch_
+  uint64_t order_epoch_ = 0;
   std::string description_;
 };
 
@@ -200,8 +223,13 @@ std::unique_ptr<DataSource> make_file_source(const Config& cfg, const std::strin
                 "rank %d of %d reads %zu of them (every %d-th)",
                 path.c_str(), n, begin, begin + length, windows, window, rank, world, per_rank,
                 world);
+  // Each rank shuffles its own share, so ranks still never read the same window; the val
+  // stream is always read in order.
+  std::optional<uint64_t> shuffle;
+  if (!val && cfg.data.shuffle) shuffle = cfg.run.seed ^ (0x5DEECE66Dull * uint64_t(rank + 1));
   return std::make_unique<FileSource>(std::move(file.tokens), begin, T, val ? 0 : rank,
-                                      val ? 1 : world, per_rank, description);
+                                      val ? 1 : world, per_rank, shuffle,
+                                      description + (shuffle ? ", shuffled each epoch" : ""));
 }
 
 }  // namespace ringstep

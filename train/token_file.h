@@ -29,8 +29,10 @@ void write_token_file(const std::string& path, uint32_t vocab_size,
 LoadedTokens read_token_file(const std::string& path, int model_vocab);
 
 // Needs at least 2 * (seq_len + 1) tokens in each file. Without data.val_path the last
-// max(10%, seq_len + 1) tokens are the val part. Train rank r reads windows r, r + world,
-// ... of its part and wraps to r, so ranks never share a window; val reads them in order.
+// max(10%, seq_len + 1) tokens are the val part. Train rank r owns windows r, r + world,
+// ... of its part, so ranks never share a window; it reads them in file order, or with
+// data.shuffle in a new order each epoch (seeded by run.seed, rank and epoch). Val reads
+// its windows in order.
 std::unique_ptr<DataSource> make_file_source(const Config& cfg, const std::string& split, int rank,
                                              int world);
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -302,7 +303,8 @@ TEST_F(TokenFile, RejectsTokensOutsideTheModel) {
 TEST_F(TokenFile, RanksReadDisjointWindowsAndWrap) {
   const int T = 8, world = 3;
   write_token_file(path("t.bin"), 1024, iota_tokens(1000, 1024));  // token i == i
-  const Config cfg = file_config("t.bin", T, 1024);
+  Config cfg = file_config("t.bin", T, 1024);
+  cfg.data.shuffle = false;
   std::set<int32_t> starts;
   const int per_rank = 900 / (T + 1) / world;  // train part: 900 tokens
   for (int r = 0; r < world; ++r) {
@@ -336,6 +338,42 @@ TEST_F(TokenFile, SeekToPositionContinuesTheStreamAcrossTheWrap) {
   EXPECT_EQ(next(*a, 10, T), next(*b, 10, T));
 }
 
+// With shuffling each epoch reads exactly the rank's share of windows, in an order that
+// changes with the epoch and the seed; the same seed gives the same order.
+TEST_F(TokenFile, ShuffledEpochsArePermutationsOfTheRanksShare) {
+  const int T = 8, world = 2;
+  write_token_file(path("t.bin"), 1024, iota_tokens(1000, 1024));  // token i == i
+  Config cfg = file_config("t.bin", T, 1024);
+  const int per_rank = 900 / (T + 1) / world;  // 50 windows
+  auto starts = [&](const Config& c, int rank, int epochs) {
+    const Batch b = next(*make_data_source(c, "train", rank, world), per_rank * epochs, T);
+    std::vector<int32_t> out;
+    for (int i = 0; i < per_rank * epochs; ++i) out.push_back(b.inputs[size_t(i) * T]);
+    return out;
+  };
+  Config ordered = cfg;
+  ordered.data.shuffle = false;
+  for (int r = 0; r < world; ++r) {
+    const std::vector<int32_t> in_order = starts(ordered, r, 1), two = starts(cfg, r, 2);
+    const std::vector<int32_t> e0(two.begin(), two.begin() + per_rank),
+        e1(two.begin() + per_rank, two.end());
+    EXPECT_NE(e0, in_order) << "rank " << r;
+    EXPECT_NE(e0, e1) << "rank " << r << ": epochs must differ";
+    for (const auto& epoch : {e0, e1}) {
+      std::vector<int32_t> sorted = epoch;
+      std::sort(sorted.begin(), sorted.end());
+      EXPECT_EQ(sorted, in_order) << "rank " << r << ": an epoch is a permutation of its share";
+    }
+    EXPECT_EQ(two, starts(cfg, r, 2)) << "same seed, same order";
+  }
+  Config other = cfg;
+  other.run.seed += 1;
+  EXPECT_NE(starts(other, 0, 1), starts(cfg, 0, 1));
+  // The val stream is never shuffled.
+  EXPECT_EQ(next(*make_data_source(cfg, "val", 0, world), 3, T),
+            next(*make_data_source(ordered, "val", 0, world), 3, T));
+}
+
 TEST_F(TokenFile, ValIsTheHeldOutTailOrItsOwnFile) {
   const int T = 8;
   write_token_file(path("t.bin"), 256, iota_tokens(1000));
@@ -353,6 +391,7 @@ TEST_F(TokenFile, ValIsTheHeldOutTailOrItsOwnFile) {
   const Batch own = next(*make_data_source(cfg, "val", 1, 2), 2, T);
   for (int32_t token : own.inputs) EXPECT_EQ(token, 7);
   // With a separate val file the whole train file is train data.
+  cfg.data.shuffle = false;
   auto train = make_data_source(cfg, "train", 0, 1);
   next(*train, 1000 / (T + 1) - 1, T);
   EXPECT_EQ(next(*train, 1, T).inputs[0], (1000 / (T + 1) - 1) * (T + 1) % 256);
