@@ -1,0 +1,83 @@
+#include "train/export.h"
+
+#include <cstdint>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/error.h"
+#include "models/gpt.h"
+#include "train/run_dir.h"
+
+namespace ringstep {
+namespace {
+
+// ringstep's piece of a registry name -> GPT-2's.
+constexpr std::pair<const char*, const char*> kRenames[] = {
+    {"ln1.", "ln_1."},
+    {"ln2.", "ln_2."},
+    {"attn.qkv.", "attn.c_attn."},
+    {"attn.proj.", "attn.c_proj."},
+    {"mlp.fc.", "mlp.c_fc."},
+    {"mlp.proj.", "mlp.c_proj."},
+    {"lnf.", "ln_f."},
+};
+
+// The tensor's values in GPT-2's layout, as little-endian bytes (x86 and ARM are).
+std::string tensor_bytes(const float* data, const TensorInfo& t, bool transposed) {
+  std::string out(t.numel * sizeof(float), '\0');
+  if (!transposed) {
+    std::memcpy(out.data(), data, out.size());
+    return out;
+  }
+  const int64_t rows = t.shape[0], cols = t.shape[1];  // [out, in] -> [in, out]
+  auto* dst = reinterpret_cast<float*>(out.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = data[r * cols + c];
+  return out;
+}
+
+}  // namespace
+
+Gpt2Name gpt2_name(const std::string& registry_name) {
+  if (registry_name == "wte" || registry_name == "wpe") return {registry_name + ".weight", false};
+  std::string name = registry_name;
+  for (const auto& [ours, theirs] : kRenames) {
+    const size_t at = name.find(ours);
+    if (at != std::string::npos) name.replace(at, std::strlen(ours), theirs);
+  }
+  const bool matrix = name.ends_with(".weight") && name.find("ln_") == std::string::npos;
+  return {name, matrix};
+}
+
+void export_safetensors(const Gpt& model, const std::string& path) {
+  const ModelConfig& mc = model.config();
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"},
+                            {"n_layer", std::to_string(mc.n_layers)},
+                            {"n_head", std::to_string(mc.n_heads)},
+                            {"n_embd", std::to_string(mc.d_model)},
+                            {"vocab_size", std::to_string(mc.vocab_size)},
+                            {"n_positions", std::to_string(mc.seq_len)}};
+  std::string data;
+  for (const TensorInfo& t : model.registry().tensors()) {
+    const Gpt2Name g = gpt2_name(t.name);
+    std::vector<int64_t> shape = t.shape;
+    if (g.transposed) std::swap(shape[0], shape[1]);
+    const size_t begin = data.size();
+    data += tensor_bytes(model.params().at(t), t, g.transposed);
+    header[g.name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  std::string head = header.dump();
+  head.resize((head.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
+  std::string file(8, '\0');
+  const uint64_t n = head.size();
+  for (int i = 0; i < 8; ++i) file[i] = char((n >> (8 * i)) & 0xff);
+  try {
+    write_file_atomic(path, file + head + data);
+  } catch (const std::exception& e) {
+    throw InputError("export: " + std::string(e.what()));
+  }
+}
+
+}  // namespace ringstep
