@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages ringstep needs, only those missing. Idempotent.
+# Usage: tools/install_deps.sh [--test]   (--test adds what only tests use: PyTorch, which
+# checks the exported weights against ringstep's loss)
 set -euo pipefail
 pkgs=(cmake g++ make libeigen3-dev libyaml-cpp-dev libopenmpi-dev openmpi-bin
       libgtest-dev nlohmann-json3-dev libcli11-dev libbenchmark-dev libopenblas-dev
       python3 python3-matplotlib)
+if [ "${1:-}" = "--test" ]; then pkgs+=(python3-torch); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
