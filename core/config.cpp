@@ -5,17 +5,14 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/config_schema.h"
 #include "core/error.h"
+#include "core/files.h"
 
 namespace ringstep {
 namespace {
@@ -59,7 +56,7 @@ bool is_known(std::string_view path) {
 // first, then the section or key with the nearest last name anywhere ("train.betas" ->
 // "optimizer.betas"); else the names valid in that section. Sections come before keys.
 std::string unknown_key_message(std::string_view path) {
-  std::string msg = "unknown key '" + std::string(path) + "'";
+  std::string msg = "unknown key '" + excerpt(path) + "'";
   std::string_view section = parent_of(path);
   std::vector<std::string_view> all, siblings, leaves;
   for (bool sections : {true, false}) {
@@ -122,12 +119,14 @@ struct Reader {
       const std::string& name = name_node.Scalar();
       std::string child = path.empty() ? name : path + "." + name;
       if (name.find('.') != std::string::npos) {
-        throw InputError(here + ": '" + name + "' is not a key here; write dotted keys nested (" +
+        throw InputError(here + ": '" + excerpt(name) +
+                         "' is not a key here; write dotted keys nested (" +
                          "a: {b: 1}), dotted paths are for --set only");
       }
       if (!is_known(child)) throw InputError(here + ": " + unknown_key_message(child));
       if (auto [it, fresh] = seen.emplace(name, here); !fresh) {
-        throw InputError(here + ": '" + child + "' is set twice (first at " + it->second + ")");
+        throw InputError(here + ": '" + excerpt(child) + "' is set twice (first at " + it->second +
+                         ")");
       }
       // A null value ("steps:" with nothing after it) has no position of its own.
       apply(child, value, value.IsNull() && fixed.empty() ? here : fixed);
@@ -139,16 +138,29 @@ struct Reader {
     std::string path = eq == std::string::npos ? "" : text.substr(0, eq);
     while (!path.empty() && path.back() == ' ') path.pop_back();
     if (path.empty()) {
-      throw InputError("--set " + text + ": expected KEY=VALUE, e.g. --set train.lr=1e-3");
+      throw InputError("--set " + excerpt(text) + ": expected KEY=VALUE, e.g. --set train.lr=1e-3");
     }
-    if (!is_known(path)) throw InputError("--set " + text + ": " + unknown_key_message(path));
+    if (!is_known(path)) {
+      throw InputError("--set " + excerpt(text) + ": " + unknown_key_message(path));
+    }
     YAML::Node value;
     try {
-      value = YAML::Load(text.substr(eq + 1));
+      value = load_one_document(text.substr(eq + 1), "--set " + path);
     } catch (const YAML::ParserException& e) {
-      throw InputError("--set " + text + ": VALUE is not valid YAML: " + e.msg);
+      throw InputError("--set " + excerpt(text) + ": VALUE is not valid YAML: " + e.msg);
     }
     apply(path, value, "--set " + path);
+  }
+
+  // The one YAML document in TEXT (null when there is none): a second one, after "---", is
+  // refused rather than ignored. FIXED as in at(). Throws YAML::ParserException on bad syntax.
+  YAML::Node load_one_document(const std::string& text, const std::string& fixed) const {
+    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (docs.size() > 1) {
+      throw InputError(at(docs[1].Mark(), fixed) +
+                       ": a second YAML document (after '---'); a config is one document");
+    }
+    return docs.empty() ? YAML::Node() : docs[0];
   }
 
   // Throws MSG located at the first of KEYS that the file or an override set.
@@ -197,14 +209,7 @@ void emit_section(YAML::Emitter& out, const Config& cfg, std::string_view sectio
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  std::string text;
-  char buf[1 << 16];
-  for (size_t n = 0; f && (n = std::fread(buf, 1, sizeof buf, f.get())) > 0;) text.append(buf, n);
-  if (!f || std::ferror(f.get())) {
-    throw InputError("cannot read config '" + path + "': " + std::strerror(errno));
-  }
-  return parse_config(text, path, overrides);
+  return parse_config(read_regular_file(path, kMaxConfigBytes, "config"), path, overrides);
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& name,
@@ -214,7 +219,7 @@ Config parse_config(const std::string& yaml_text, const std::string& name,
   Reader reader{cfg, name, {}};
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
+    root = reader.load_one_document(yaml_text, "");
   } catch (const YAML::ParserException& e) {
     throw InputError(reader.at(e.mark, "") + ": YAML syntax error: " + e.msg);
   }

@@ -215,8 +215,13 @@ struct Config {
   bool operator==(const Config&) const = default;
 };
 
-// Reads PATH, applies OVERRIDES ("a.b=VALUE", VALUE read as YAML) and validates everything
-// that can be checked without knowing the world size. Throws InputError.
+// A config file larger than this is refused: YAML has no length of its own, and a config is
+// a few KiB.
+constexpr size_t kMaxConfigBytes = size_t{16} << 20;
+
+// Reads PATH (a regular file of at most kMaxConfigBytes), applies OVERRIDES ("a.b=VALUE", VALUE
+// read as YAML) and validates everything that can be checked without knowing the world size. Throws
+// InputError.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 // Same, from YAML text (NAME is used in messages in place of the file name).
 Config parse_config(const std::string& yaml_text, const std::string& name,

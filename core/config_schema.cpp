@@ -9,6 +9,8 @@
 #include <ranges>
 #include <type_traits>
 
+#include "core/error.h"
+
 namespace ringstep::config_schema {
 namespace {
 
@@ -19,7 +21,7 @@ std::string number_text(double v) {
   return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
 }
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string quoted(std::string_view s) { return "'" + excerpt(s) + "'"; }
 
 // Closed or open numeric bounds; unbounded by default.
 struct Range {
@@ -59,7 +61,8 @@ std::string got_text(const YAML::Node& node) {
   if (!node.IsSequence()) return describe_node(node);
   std::string out = "[";
   for (size_t i = 0; i < node.size(); ++i) {
-    out += (i ? ", " : "") + (node[i].IsScalar() ? node[i].Scalar() : describe_node(node[i]));
+    out +=
+        (i ? ", " : "") + (node[i].IsScalar() ? excerpt(node[i].Scalar()) : describe_node(node[i]));
   }
   return out + "]";
 }
@@ -116,6 +119,17 @@ struct Value {
     if (!node.IsScalar()) fail(what, describe_node(node));
     return node.Scalar();
   }
+  // The scalar's text where a number or a bool is expected. An explicit tag ("!!str 5")
+  // says the value is something else, so it is refused rather than read past.
+  std::string untagged_scalar(const std::string& what) const {
+    std::string text = scalar(what);
+    std::string tag = node.Tag();
+    if (tag == "?" || tag == "!") return text;  // plain or quoted: no explicit tag
+    if (constexpr std::string_view kCore = "tag:yaml.org,2002:"; tag.starts_with(kCore)) {
+      tag = "!!" + tag.substr(kCore.size());
+    }
+    fail(what, quoted(text) + " with the tag " + tag);
+  }
   Value item(size_t i) const { return {path, node[i]}; }
 };
 
@@ -145,12 +159,12 @@ struct Codec {
 template <class T>
 T read_number(const Value& v, const Range& range, const std::string& what,
               const std::string& prefix = "") {
-  std::string text = v.scalar(what);
+  std::string text = v.untagged_scalar(what);
   std::conditional_t<std::is_same_v<T, int>, long long, T> x = 0;
   if (!parse_number(text, x)) v.fail(what, quoted(text));
-  if (!std::isfinite(double(x))) v.fail("finite", text);
-  if (!range.contains(double(x))) v.fail(prefix + range.describe(), text);
-  if (x != T(x)) v.fail("a 32-bit integer", text);  // an int out of range
+  if (!std::isfinite(double(x))) v.fail("finite", excerpt(text));
+  if (!range.contains(double(x))) v.fail(prefix + range.describe(), excerpt(text));
+  if (x != T(x)) v.fail("a 32-bit integer", excerpt(text));  // an int out of range
   return T(x);
 }
 
@@ -177,7 +191,7 @@ constexpr bool kAuto = true;
 
 Codec<bool> boolean() {
   return {"bool", "", [](const Value& v) {
-            std::string text = v.scalar("true or false");
+            std::string text = v.untagged_scalar("true or false");
             bool x = false;
             if (!YAML::convert<bool>::decode(v.node, x)) v.fail("true or false", quoted(text));
             return x;
@@ -379,6 +393,7 @@ std::string format_double(double v) {
 // few edits for the word's length, or one name a prefix of the other ("warmup" ->
 // "warmup_steps").
 std::string_view nearest(std::string_view word, const std::vector<std::string_view>& candidates) {
+  if (word.size() > kExcerptBytes) return {};  // no name is that long; spare the quadratic work
   auto distance = [](std::string_view a, std::string_view b) {
     std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
     for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;

@@ -10,8 +10,9 @@
 namespace ringstep {
 
 size_t Registry::add(const std::string& name, std::vector<int64_t> shape, bool decay) {
-  for (const auto& t : tensors_)
-    if (t.name == name) throw std::logic_error("registry: duplicate tensor " + name);
+  if (!index_.emplace(name, tensors_.size()).second) {
+    throw std::logic_error("registry: duplicate tensor " + name);
+  }
   size_t numel = 1;
   for (int64_t d : shape) numel *= static_cast<size_t>(d);
   TensorInfo info{name, std::move(shape), total_, numel, DType::f32, decay};
@@ -21,9 +22,9 @@ size_t Registry::add(const std::string& name, std::vector<int64_t> shape, bool d
 }
 
 const TensorInfo& Registry::find(const std::string& name) const {
-  for (const auto& t : tensors_)
-    if (t.name == name) return t;
-  throw std::out_of_range("registry: no tensor " + name);
+  auto it = index_.find(name);
+  if (it == index_.end()) throw std::out_of_range("registry: no tensor " + name);
+  return tensors_[it->second];
 }
 
 size_t Registry::param_count() const {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/device.h"
@@ -39,6 +40,7 @@ class Registry {
 
  private:
   std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> index_;  // name -> index: add and find are O(1)
   size_t total_ = 0;
 };
 

@@ -7,6 +7,8 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "train/data.h"
+#include "train/preflight.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 namespace ringstep {
@@ -32,6 +34,10 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
   // Every rank reads and checks the config itself: a bad one fails on all ranks alike,
   // before any communication.
   Config cfg = load_config(config_path, overrides);
+  // So are a run directory that cannot be created and a config this machine cannot hold,
+  // before the model is built.
+  check_creatable(cfg.run.out_dir);
+  check_fits_machine(cfg, machine_limits());
   MpiSession mpi(&argc, &argv);
   MpiCommunicator comm(MPI_COMM_WORLD, cfg.comm.link);
   train(cfg, comm.size() > 1 ? &comm : nullptr);

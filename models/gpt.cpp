@@ -12,6 +12,11 @@
 
 namespace ringstep {
 
+double gpt_param_estimate(const ModelConfig& m) {
+  const double V = m.vocab_size, T = m.seq_len, C = m.d_model, L = m.n_layers;
+  return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
 Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt, Device device)
     : cfg_(cfg), opt_(opt), backend_(make_backend(device, opt.act_dtype)) {
   if (opt_.recompute_k < 1) throw InputError("recompute.k must be >= 1");

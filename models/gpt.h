@@ -33,6 +33,10 @@
 
 namespace ringstep {
 
+// The parameter count of M's layout, V C + T C + L (12 C^2 + 13 C) + 2 C, without building
+// it: equal to Gpt(M, ...).param_count(), in double so that an absurd config cannot overflow.
+double gpt_param_estimate(const ModelConfig& m);
+
 struct GptOptions {
   DType act_dtype = DType::f32;  // storage of saved activations: f32, bf16 or f16
   RecomputePolicy recompute = RecomputePolicy::none;

@@ -44,7 +44,8 @@ std::unique_ptr<DataSource> make_data_source(const Config& cfg, const std::strin
 DataInfo data_info(const Config& cfg);
 
 // `ringstep prepare`: one token per byte of INPUT_TEXT_PATH (vocab 256), written to
-// OUTPUT_PATH.tmp and renamed, so a failure leaves no output. Throws InputError.
+// OUTPUT_PATH.tmp and renamed, so a failure leaves no output. Throws InputError (an empty
+// OUTPUT_PATH, an input that is not a regular file, an empty input, a failed write).
 void prepare_tokens(const std::string& input_text_path, const std::string& output_path);
 
 }  // namespace ringstep

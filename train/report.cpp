@@ -4,15 +4,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/profiler.h"
-#include "train/step_record.h"
 #include "core/stats.h"
+#include "train/step_record.h"
 
 namespace ringstep {
 namespace {
@@ -31,14 +30,12 @@ constexpr double kStragglerFrac = 0.5;  // share of steps one rank is the slowes
 constexpr double kDataPct = 5;
 constexpr double kSkippedPct = 1;
 
+constexpr size_t kMaxSummaryBytes = size_t{16} << 20;  // a summary is a few KiB
+
 // steps.jsonl is appended line by line while a run goes, so its last line may be cut short:
 // that one is skipped with a warning; a bad line before it means the file is damaged.
 std::vector<StepRecord> read_steps(const std::string& path, std::vector<std::string>& warnings) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = read_regular_file(path, kNoSizeLimit, "step log");
 
   std::vector<std::string> lines;
   for (size_t pos = 0; pos < text.size();) {
@@ -79,15 +76,15 @@ std::vector<StepRecord> read_steps(const std::string& path, std::vector<std::str
 }
 
 json read_summary(const std::string& path, std::vector<std::string>& warnings) {
-  if (!fs::exists(path)) {
+  if (!input_exists(path, "summary")) {
     warnings.push_back(path +
                        " not found (run unfinished?): every number is computed from "
                        "steps.jsonl");
     return json::object();
   }
-  std::ifstream in(path, std::ios::binary);
+  const std::string text = read_regular_file(path, kMaxSummaryBytes, "summary");
   try {
-    json j = json::parse(in);
+    json j = json::parse(text);
     if (!j.is_object()) throw InputError(path + ": expected a JSON object");
     return j;
   } catch (const json::parse_error& e) {
@@ -311,10 +308,14 @@ std::vector<std::string> ReportData::fired() const {
 }
 
 ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
-  if (!fs::is_directory(run_dir)) throw InputError("run directory '" + run_dir + "' not found");
+  // input_exists turns a symlink loop into an InputError before is_directory could throw.
+  if (!input_exists(run_dir, "run directory")) {
+    throw InputError("run directory '" + run_dir + "' not found");
+  }
+  if (!fs::is_directory(run_dir)) throw InputError("'" + run_dir + "' is not a directory");
   const fs::path dir(run_dir);
   const std::string steps_path = (dir / "steps.jsonl").string();
-  if (!fs::exists(steps_path))
+  if (!input_exists(steps_path, "step log"))
     throw InputError("'" + steps_path + "' not found: is '" + run_dir + "' a run directory?");
 
   ReportData r;
@@ -324,7 +325,7 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
   const json summary = read_summary((dir / "summary.json").string(), r.warnings);
 
   const std::string config_path = (dir / "config.yaml").string();
-  if (fs::exists(config_path)) {
+  if (input_exists(config_path, "config")) {
     try {
       r.config = load_config(config_path);
       r.has_config = true;

@@ -1,10 +1,41 @@
 #include "train/run_dir.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
+#include "core/error.h"
+#include "core/files.h"
+
 namespace ringstep {
+
+void check_creatable(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string what = "run directory '" + excerpt(path) + "'";
+  for (const fs::path& name : fs::path(path)) {
+    if (name.native().size() > NAME_MAX) {
+      throw InputError(what + " cannot be created: the name '" + excerpt(name.native()) +
+                       "' is more than the " + std::to_string(NAME_MAX) + " bytes a name may have");
+    }
+  }
+  fs::path existing = path;
+  while (!existing.empty() && !input_exists(existing.string(), "run directory")) {
+    existing = existing.parent_path();
+  }
+  if (existing.empty()) existing = ".";
+  if (!fs::is_directory(existing)) {
+    throw InputError(what + " cannot be created: '" + existing.string() + "' is not a directory");
+  }
+  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    throw InputError(what + " cannot be created: '" + existing.string() +
+                     "' is not writable: " + std::strerror(errno));
+  }
+}
 
 void write_file_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";

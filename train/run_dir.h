@@ -8,6 +8,11 @@
 
 namespace ringstep {
 
+// Throws InputError unless PATH is a directory or could be created as one: every name in it
+// at most NAME_MAX bytes, its deepest existing ancestor a writable directory. Reads only, so
+// a command calls it before building anything.
+void check_creatable(const std::string& path);
+
 // Writes TEXT to PATH atomically (PATH.tmp, then rename). Throws std::runtime_error.
 void write_file_atomic(const std::string& path, const std::string& text);
 

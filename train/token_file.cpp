@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <optional>
 #include <stdexcept>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "train/synthetic.h"
 
 namespace ringstep {
@@ -25,15 +25,6 @@ uint64_t get_le(const unsigned char* p, int bytes) {
 
 void put_le(unsigned char* p, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-
-std::vector<unsigned char> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open: " + std::strerror(errno));
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError(path + ": read failed: " + std::strerror(errno));
-  return bytes;
 }
 
 std::string fmt(const char* format, auto... args) {
@@ -73,12 +64,13 @@ void write_token_file(const std::string& path, uint32_t vocab_size,
 }
 
 LoadedTokens read_token_file(const std::string& path, int model_vocab) {
-  const std::vector<unsigned char> bytes = read_bytes(path);
+  // The header's count bounds the size: no limit beyond the file being regular.
+  const std::string bytes = read_regular_file(path, kNoSizeLimit, "token file");
   const size_t size = bytes.size();
   if (size < kTokenHeaderBytes)
     throw InputError(fmt("%s: truncated: file has %zu bytes, less than the %zu-byte header",
                          path.c_str(), size, kTokenHeaderBytes));
-  const unsigned char* h = bytes.data();
+  const auto* h = reinterpret_cast<const unsigned char*>(bytes.data());
   if (std::memcmp(h, kMagic, sizeof kMagic) != 0)
     throw InputError(path +
                      ": not a token file (magic is not \"RSTOKENS\"; write one with "
@@ -119,9 +111,12 @@ LoadedTokens read_token_file(const std::string& path, int model_vocab) {
 }
 
 void prepare_tokens(const std::string& input_text_path, const std::string& output_path) {
-  const std::vector<unsigned char> text = read_bytes(input_text_path);
+  if (output_path.empty()) throw InputError("prepare: --output is empty, expected a file name");
+  const std::string text = read_regular_file(input_text_path, kNoSizeLimit, "prepare input");
   if (text.empty()) throw InputError(input_text_path + ": empty input, nothing to prepare");
-  write_token_file(output_path, 256, std::vector<uint16_t>(text.begin(), text.end()));
+  std::vector<uint16_t> tokens(text.size());
+  for (size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<unsigned char>(text[i]);
+  write_token_file(output_path, 256, tokens);
 }
 
 namespace {

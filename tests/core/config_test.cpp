@@ -34,6 +34,41 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+TEST(Config, ASecondYamlDocumentIsRefusedNotIgnored) {
+  EXPECT_EQ(error_of("train:\n  steps: 5\n---\ntrain:\n  steps: 7\n"),
+            "x.yaml:4:1: a second YAML document (after '---'); a config is one document");
+  EXPECT_NE(error_of("train:\n  steps: 5\n---\n").find("a second YAML document"),
+            std::string::npos);
+  EXPECT_EQ(error_of("---\ntrain:\n  steps: 5\n"), "");  // one document, explicitly started
+  EXPECT_EQ(error_of("", {"train.steps=5\n---\n7"}),
+            "--set train.steps: a second YAML document (after '---'); a config is one document");
+}
+
+TEST(Config, TaggedScalarIsNotANumberOrABool) {
+  EXPECT_EQ(error_of("train:\n  steps: !!str 5\n"),
+            "x.yaml:2:10: 'train.steps' must be an integer, got '5' with the tag !!str");
+  EXPECT_NE(error_of("comm:\n  overlap: !!str true\n").find("'true' with the tag !!str"),
+            std::string::npos);
+  EXPECT_NE(error_of("train:\n  lr: !custom 0.1\n").find("with the tag !custom"),
+            std::string::npos);
+  EXPECT_EQ(parse("train:\n  steps: 5\n").train.steps, 5);
+}
+
+TEST(Config, HugeOrBinaryValuesAreEscapedAndCutInMessages) {
+  const std::string huge(100000, 'a');
+  EXPECT_EQ(error_of("", {"train.lr=" + huge}),
+            "--set train.lr: 'train.lr' must be a number, got '" + std::string(80, 'a') +
+                "... (100000 bytes)'");
+  EXPECT_EQ(error_of("", {"run.device=\x01\xff"}).substr(0, 60),
+            "--set run.device: 'run.device' must be one of cpu, cuda, got");
+  EXPECT_NE(error_of("", {"run.device=\x01\xff"}).find("got '\\x01\\xFF'"), std::string::npos)
+      << error_of("", {"run.device=\x01\xff"});
+  const std::string key_message = error_of("", {huge + "=1"});
+  EXPECT_EQ(key_message.find("aaaa" + std::string(80, 'a')), std::string::npos);
+  EXPECT_NE(key_message.find("... (100002 bytes): unknown key"), std::string::npos)
+      << key_message.substr(0, 300);
+}
+
 TEST(Config, DefaultsWhenKeysAbsent) {
   Config cfg = parse("run:\n  name: other\ntrain:\n  steps: 10\n");
   Config expected;

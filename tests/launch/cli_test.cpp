@@ -1,6 +1,7 @@
 // The command line as a user meets it: every bad input exits with code 2, says what is
 // wrong, and leaves no run directory behind.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -97,6 +98,59 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
                      (dir / "x.bin").string(),
                  "nope.txt", dir);
   EXPECT_FALSE(fs::exists(dir / "x.bin"));
+  fs::remove_all(dir);
+}
+
+// A directory, a FIFO or an endless device where a file is expected: refused before a byte
+// is read, so nothing hangs or fills memory.
+TEST(Cli, OnlyRegularFilesAreRead) {
+  fs::path dir = Temp("irregular");
+  const std::string run = " --set run.out_dir=" + (dir / "run").string();
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  ExpectBadInput("train " + dir.string() + run, "is a directory, expected a regular file", dir);
+  ExpectBadInput("train /dev/zero" + run, "'/dev/zero' is a character device", dir);
+  ExpectBadInput("train " + (dir / "fifo").string() + run, "is a FIFO", dir);
+  ExpectBadInput("train " + Tiny() + run +
+                     " --set data.source=file --set data.path=" + (dir / "fifo").string(),
+                 "token file '" + (dir / "fifo").string() + "' is a FIFO", dir);
+  ExpectBadInput("prepare --input /dev/zero --output " + (dir / "x.bin").string(),
+                 "prepare input '/dev/zero' is a character device", dir);
+  EXPECT_FALSE(fs::exists(dir / "x.bin"));
+  {
+    std::ofstream big(dir / "big.yaml");
+    big << std::string((16 << 20) + 1, '#');
+  }
+  ExpectBadInput("train " + (dir / "big.yaml").string() + run, "more than the limit of 16 MiB",
+                 dir);
+  fs::create_directories(dir / "report" / "steps.jsonl");
+  ExpectBadInput("report " + (dir / "report").string(), "steps.jsonl' is a directory", dir);
+  fs::remove_all(dir);
+}
+
+// What the fuzzer found (issue 14): each is exit 2 with a message, before anything is built.
+TEST(Cli, FuzzedInputsExitWithCodeTwo) {
+  fs::path dir = Temp("fuzzed");
+  const std::string run = " --set run.out_dir=" + (dir / "run").string();
+  std::ofstream(dir / "file") << "x";
+  ExpectBadInput("train " + Tiny() + " --set run.out_dir=" + (dir / "file" / "run").string(),
+                 "' cannot be created: '" + (dir / "file").string() + "' is not a directory", dir);
+  ExpectBadInput("train " + Tiny() + " --set run.out_dir=" + (dir / std::string(300, 'n')).string(),
+                 "more than the 255 bytes a name may have", dir);
+  std::ofstream(dir / "two.yaml") << "train:\n  steps: 5\n---\ntrain:\n  steps: 7\n";
+  ExpectBadInput("train " + (dir / "two.yaml").string() + run,
+                 "two.yaml:4:1: a second YAML document", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set 'train.steps=!!str 5'",
+                 "got '5' with the tag !!str", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set train.lr=" + std::string(500, '7') + "x",
+                 "... (501 bytes)", dir);
+  ExpectBadInput("prepare --input " + Tiny() + " --output ''", "--output is empty", dir);
+  fs::create_symlink(dir / "loop_b", dir / "loop_a");
+  fs::create_symlink(dir / "loop_a", dir / "loop_b");
+  ExpectBadInput("report " + (dir / "loop_a").string(), "Too many levels of symbolic links", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set model.n_layers=2147483000",
+                 " GiB, this machine has ", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set run.threads=50000",
+                 "'run.threads' is 50000, more than 4 x the", dir);
   fs::remove_all(dir);
 }
 

@@ -283,7 +283,8 @@ TEST_F(TokenFile, RejectsBadHeaders) {
   expect_bad(file_config("long.bin"), "header says 100 tokens (232 bytes) but file has 234");
   write_bytes("huge.bin", patched(16, std::string(8, '\xff')));
   expect_bad(file_config("huge.bin"), "truncated: header says 18446744073709551615 tokens");
-  expect_bad(file_config("missing.bin"), "missing.bin: cannot open");
+  expect_bad(file_config("missing.bin"), "cannot read token file");
+  expect_bad(file_config("missing.bin"), "missing.bin': No such file or directory");
 }
 
 TEST_F(TokenFile, RejectsTokensOutsideTheModel) {

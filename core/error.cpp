@@ -1,0 +1,25 @@
+#include "core/error.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ringstep {
+
+std::string excerpt(std::string_view s) {
+  std::string out;
+  const size_t n = std::min(s.size(), kExcerptBytes);
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02X", c);
+      out += hex;
+    }
+  }
+  if (n < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+}  // namespace ringstep

@@ -1,0 +1,81 @@
+#include "core/files.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "core/error.h"
+
+namespace ringstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string kind_of(fs::file_type type) {
+  switch (type) {
+    case fs::file_type::directory:
+      return "a directory";
+    case fs::file_type::fifo:
+      return "a FIFO";
+    case fs::file_type::character:
+      return "a character device";
+    case fs::file_type::block:
+      return "a block device";
+    case fs::file_type::socket:
+      return "a socket";
+    default:
+      return "not a regular file";
+  }
+}
+
+// "1 MiB", "16 MiB"; bytes when below 1 MiB.
+std::string size_text(size_t bytes) {
+  return bytes >= (size_t{1} << 20) ? std::to_string(bytes >> 20) + " MiB"
+                                    : std::to_string(bytes) + " bytes";
+}
+
+}  // namespace
+
+bool input_exists(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found) return false;
+  if (ec) throw InputError(what + " '" + path + "': " + ec.message());
+  return true;
+}
+
+std::string read_regular_file(const std::string& path, size_t max_bytes, const std::string& what) {
+  if (path.empty()) throw InputError(what + ": the path is empty, expected a file");
+  if (!input_exists(path, what)) {
+    throw InputError("cannot read " + what + " '" + path + "': " + std::strerror(ENOENT));
+  }
+  std::error_code ec;
+  const fs::file_type type = fs::status(path, ec).type();
+  if (type != fs::file_type::regular) {
+    throw InputError(what + " '" + path + "' is " + kind_of(type) + ", expected a regular file");
+  }
+  const uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > max_bytes) {
+    throw InputError(what + " '" + path + "' is " + std::to_string(size) +
+                     " bytes, more than the limit of " + size_text(max_bytes));
+  }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!f) throw InputError("cannot read " + what + " '" + path + "': " + std::strerror(errno));
+  std::string text;
+  char buf[1 << 16];
+  // The limit holds while reading too: the file may grow after the size was taken.
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f.get())) > 0;) {
+    if (n > max_bytes - text.size()) {
+      throw InputError(what + " '" + path + "' grew past the limit of " + size_text(max_bytes));
+    }
+    text.append(buf, n);
+  }
+  if (std::ferror(f.get())) {
+    throw InputError("cannot read " + what + " '" + path + "': " + std::strerror(errno));
+  }
+  return text;
+}
+
+}  // namespace ringstep

@@ -1,0 +1,24 @@
+// Reading a user's input files. Only regular files are read (after following symlinks): a
+// directory, a FIFO or a device such as /dev/zero is refused before a byte is read, so no
+// reader can hang or fill memory on one. Every failure is an InputError naming the file.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <string>
+
+namespace ringstep {
+
+constexpr size_t kNoSizeLimit = std::numeric_limits<size_t>::max();
+
+// True when PATH names something after following symlinks, false when it does not exist.
+// Throws InputError "WHAT 'PATH': REASON" when it cannot be resolved otherwise (a symlink
+// loop, a component that is not a directory, no permission).
+bool input_exists(const std::string& path, const std::string& what);
+
+// The whole of PATH, a regular file of at most MAX_BYTES. WHAT names it in messages
+// ("config", "token file"). Throws InputError when PATH is missing, is not a regular file,
+// is larger than MAX_BYTES (the message states the limit) or cannot be read.
+std::string read_regular_file(const std::string& path, size_t max_bytes, const std::string& what);
+
+}  // namespace ringstep

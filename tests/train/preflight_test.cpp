@@ -1,0 +1,55 @@
+#include "train/preflight.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "models/gpt.h"
+#include "train/report.h"
+
+namespace ringstep {
+namespace {
+
+std::string error_of(const Config& cfg, const MachineLimits& machine) {
+  try {
+    check_fits_machine(cfg, machine);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Preflight, ParamEstimateIsTheModelsCount) {
+  for (ModelConfig m : {ModelConfig{}, ModelConfig{96, 16, 24, 3, 2}}) {
+    EXPECT_EQ(gpt_param_estimate(m), double(Gpt(m).param_count()));
+  }
+}
+
+TEST(Preflight, MemoryIsFourFloatsPerParameterPlusActivations) {
+  Config cfg;
+  EXPECT_EQ(memory_estimate_bytes(cfg),
+            16 * gpt_param_estimate(cfg.model) + activation_estimate_bytes(cfg));
+}
+
+TEST(Preflight, RefusesAModelLargerThanRamBeforeBuildingIt) {
+  Config cfg;
+  cfg.model.n_layers = 2147483000;
+  const std::string msg = error_of(cfg, {double(1 << 30), 2});
+  EXPECT_NE(msg.find("needs "), std::string::npos) << msg;
+  EXPECT_NE(msg.find(" GiB, this machine has 1.0 GiB"), std::string::npos) << msg;
+  EXPECT_EQ(error_of(Config{}, {double(1 << 30), 2}), "");
+}
+
+TEST(Preflight, RefusesMoreThanFourThreadsPerCore) {
+  Config cfg;
+  cfg.run.threads = 9;
+  EXPECT_EQ(error_of(cfg, {0, 2}),
+            "'run.threads' is 9, more than 4 x the 2 cores this rank may use; set it lower or to "
+            "auto");
+  cfg.run.threads = 8;
+  EXPECT_EQ(error_of(cfg, {0, 2}), "");
+}
+
+}  // namespace
+}  // namespace ringstep

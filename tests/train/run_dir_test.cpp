@@ -1,0 +1,43 @@
+#include "train/run_dir.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/error.h"
+
+namespace ringstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string error_of(const fs::path& path) {
+  try {
+    check_creatable(path.string());
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RunDir, CheckCreatableRefusesWhatMkdirWouldFailOn) {
+  const fs::path dir = fs::temp_directory_path() / ("ringstep_rundir_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "file") << "x";
+  EXPECT_EQ(error_of(dir / "file" / "run"), "run directory '" + (dir / "file" / "run").string() +
+                                                "' cannot be created: '" + (dir / "file").string() +
+                                                "' is not a directory");
+  EXPECT_NE(error_of(dir / std::string(300, 'n') / "run").find("more than the 255 bytes a name"),
+            std::string::npos);
+  EXPECT_EQ(error_of(dir), "");                     // exists: reused
+  EXPECT_EQ(error_of(dir / "new" / "deeper"), "");  // created with its parents
+  EXPECT_EQ(error_of("relative_run"), "");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ringstep

@@ -1,0 +1,49 @@
+#include "train/preflight.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "core/error.h"
+#include "core/threads.h"
+#include "models/gpt.h"
+#include "train/report.h"
+
+namespace ringstep {
+namespace {
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1 << 30));
+  return buf;
+}
+
+}  // namespace
+
+MachineLimits machine_limits() {
+  return {double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)), hardware_threads()};
+}
+
+double memory_estimate_bytes(const Config& cfg) {
+  return 4 * sizeof(float) * gpt_param_estimate(cfg.model) + activation_estimate_bytes(cfg);
+}
+
+void check_fits_machine(const Config& cfg, const MachineLimits& machine) {
+  const int max_threads = kMaxThreadsPerCore * machine.cores;
+  if (cfg.run.threads > max_threads) {
+    throw InputError("'run.threads' is " + std::to_string(cfg.run.threads) + ", more than " +
+                     std::to_string(kMaxThreadsPerCore) + " x the " +
+                     std::to_string(machine.cores) +
+                     " cores this rank may use; set it lower or to auto");
+  }
+  const double need = memory_estimate_bytes(cfg);
+  if (machine.ram_bytes > 0 && need > machine.ram_bytes) {
+    throw InputError("the model (" + std::to_string(cfg.model.n_layers) + " layers, d_model " +
+                     std::to_string(cfg.model.d_model) +
+                     "; parameters, gradients, AdamW moments and activations) needs " + gib(need) +
+                     ", this machine has " + gib(machine.ram_bytes));
+  }
+}
+
+}  // namespace ringstep
