@@ -74,7 +74,8 @@ struct RunConfig {
   std::string out_dir = "runs/tiny";
   uint64_t seed = 1234;
   Device device = Device::cpu;
-  int threads = 0;  // 0 = auto (cores / ranks on this node); YAML "auto" or int >= 1
+  int threads = 0;         // 0 = auto (cores / ranks on this node); YAML "auto" or int >= 1
+  bool overwrite = false;  // start afresh in an out_dir that holds an earlier run
 
   bool operator==(const RunConfig&) const = default;
 };

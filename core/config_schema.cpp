@@ -300,6 +300,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(run.seed), number<uint64_t>(), "seed for weight init and data; same config, seed and world size give the same losses"),
   key(KEY(run.device), choice<Device>({Device::cuda}), "where the model runs"),
   key(KEY(run.threads), number<int>(at_least(1), kAuto), "CPU threads per rank; auto = cores / ranks on this node"),
+  key(KEY(run.overwrite), boolean(), "start afresh in an out_dir holding an earlier run's steps.jsonl or checkpoints (deletes them); false = refuse unless resuming"),
 
   key(KEY(model.vocab_size), number<int>(in('[', 2, 65536, ']')), "vocabulary size (tokens are uint16 on disk)"),
   key(KEY(model.seq_len), number<int>(at_least(1)), "context length T in tokens"),
@@ -357,9 +358,9 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(profile.trace_steps), step_window(), "Chrome trace of steps first..last (inclusive); [] = none"),
   key(KEY(profile.peak_gflops), number<double>(above(0), kAuto), "peak GFLOP/s per rank for MFU; auto = measured at start"),
 
-  key(KEY(checkpoint.every), number<int>(at_least(0)), "save every N steps; 0 = never", Built::no),
-  key(KEY(checkpoint.keep), number<int>(at_least(1)), "checkpoints kept (oldest deleted first)", Built::no),
-  key(KEY(checkpoint.resume), text(), "auto = latest in out_dir if any; never; or a checkpoint path", Built::no),
+  key(KEY(checkpoint.every), number<int>(at_least(0)), "save every N steps and at the end; 0 = never"),
+  key(KEY(checkpoint.keep), number<int>(at_least(1)), "checkpoints kept (oldest deleted first)"),
+  key(KEY(checkpoint.resume), text(), "auto = newest in out_dir/checkpoints that verifies, if any; never; or a checkpoint path"),
 };
 // clang-format on
 

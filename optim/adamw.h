@@ -23,6 +23,8 @@ class AdamW {
   void set_step_count(int64_t t) { t_ = t; }
   FlatBuffer& m() { return m_; }
   FlatBuffer& v() { return v_; }
+  const FlatBuffer& m() const { return m_; }
+  const FlatBuffer& v() const { return v_; }
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
 
  private:

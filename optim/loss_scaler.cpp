@@ -104,7 +104,10 @@ std::string LossScaler::stop_message() const {
   }
   msg += "lower train.lr or lengthen train.warmup_steps; check the data (a bad token file)";
   if (dtype_ == DType::f16) msg += "; use precision.dtype bf16 (fp32's range, no scaling needed)";
-  msg += ".";
+  // Checkpoints keep the loss scaler's state and resume: auto (the default) picks the newest.
+  msg +=
+      "; then rerun with the same run.out_dir to resume from the last checkpoint (with "
+      "checkpoint.every > 0).";
   return msg;
 }
 

@@ -125,8 +125,7 @@ bool GradSync::any_rank(bool flag) {
 
 void GradSync::average(float* buf, size_t n) {
   if (world_ == 1) return;
-  wait_bookkeeping(engine_->enqueue_allreduce(buf, n, DType::f32,
-                                              cfg_.allreduce,
+  wait_bookkeeping(engine_->enqueue_allreduce(buf, n, DType::f32, cfg_.allreduce,
                                               /*average=*/true, kAverageTag));
 }
 
@@ -196,14 +195,19 @@ void GradSync::find_straggler(const std::vector<double>& busy, StepView& v) {
   v.straggler_ratio = straggler >= 0 && median > 0 ? busy[straggler] / median : 0;
 }
 
+std::vector<uint64_t> GradSync::gather(uint64_t value) {
+  std::vector<uint64_t> all(world_);
+  all[rank_] = value;
+  if (world_ == 1) return all;
+  wait_bookkeeping(
+      engine_->enqueue({"allgather_bytes", kGatherTag, world_ * sizeof(uint64_t), DType::f32},
+                       [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(uint64_t)); }));
+  return all;
+}
+
 void GradSync::check_replicas(const float* params, size_t n, int step) {
   if (world_ <= 1) return;
-  const uint64_t h = fnv1a64(params, n * sizeof(float));
-  std::vector<uint64_t> all(world_);
-  all[rank_] = h;
-  wait_bookkeeping(
-      engine_->enqueue({"allgather_bytes", kReplicasTag, world_ * sizeof(uint64_t), DType::f32},
-                       [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(uint64_t)); }));
+  const std::vector<uint64_t> all = gather(fnv1a64(params, n * sizeof(float)));
   std::string bad;
   for (int r = 1; r < world_; ++r)
     if (all[r] != all[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);

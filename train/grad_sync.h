@@ -17,8 +17,8 @@
 #include "comm/engine.h"
 #include "core/config.h"
 #include "core/profiler.h"
-#include "train/step_record.h"
 #include "optim/reducer.h"
+#include "train/step_record.h"
 
 namespace ringstep {
 
@@ -44,7 +44,7 @@ class GradSync final : public Reducer {
   // bookkeeping collectives have the fixed tags below, far above any bucket count.
   enum Tag : uint64_t {
     kStepViewTag = uint64_t{1} << 20,  // agree()
-    kReplicasTag,                      // check_replicas()
+    kGatherTag,                        // gather(), check_replicas()
     kAnyRankTag,                       // any_rank()
     kAverageTag,                       // average()
   };
@@ -79,6 +79,8 @@ class GradSync final : public Reducer {
   // algorithm.
   bool any_rank(bool flag) override;
   void average(float* buf, size_t n) override;
+  // VALUE of every rank, in rank order (an allgather); every rank must call it.
+  std::vector<uint64_t> gather(uint64_t value);
   // Compares a checksum of every rank's parameters; throws CommError naming the ranks
   // whose parameters differ from rank 0's (replicas diverged: a bug or a bad reduction).
   void check_replicas(const float* params, size_t n, int step);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -47,15 +48,34 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  if (ec)
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
 }
 
-void RunDir::create() {
+namespace {
+
+// The lines of steps.jsonl at PATH whose step is at most LAST_STEP; a line that does not
+// parse (the torn end of a run that died while writing) is dropped.
+std::string steps_through(const std::string& path, int last_step) {
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    const auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (rec.is_object() && rec.value("step", last_step + 1) <= last_step) kept += line + "\n";
+  }
+  return kept;
+}
+
+}  // namespace
+
+void RunDir::create(int resumed_step) {
   std::error_code ec;
   std::filesystem::create_directories(root_, ec);
   if (ec) throw std::runtime_error("cannot create run directory '" + root_ + "': " + ec.message());
-  steps_.open(path("steps.jsonl"), std::ios::trunc);
-  if (!steps_) throw std::runtime_error("cannot write '" + path("steps.jsonl") + "'");
+  const std::string steps = path("steps.jsonl");
+  write_file_atomic(steps, resumed_step > 0 ? steps_through(steps, resumed_step) : "");
+  steps_.open(steps, std::ios::app);
+  if (!steps_) throw std::runtime_error("cannot write '" + steps + "'");
 }
 
 void RunDir::append_step(const std::string& json_line) {

@@ -19,8 +19,10 @@ void write_file_atomic(const std::string& path, const std::string& text);
 class RunDir {
  public:
   explicit RunDir(std::string root) : root_(std::move(root)) {}
-  // Creates ROOT (and parents); an existing steps.jsonl is replaced (a new run).
-  void create();
+  // Creates ROOT (and parents) and opens steps.jsonl for appending. Records of steps after
+  // RESUMED_STEP are dropped (written after the checkpoint that is resumed, they will be
+  // written again); 0 = a new run, steps.jsonl starts empty.
+  void create(int resumed_step);
   const std::string& root() const { return root_; }
   std::string path(const std::string& name) const { return root_ + "/" + name; }
   void append_step(const std::string& json_line);

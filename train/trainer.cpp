@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -12,6 +14,8 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "optim/clip.h"
+#include "train/checkpoint.h"
+#include "train/preempt.h"
 
 namespace ringstep {
 namespace {
@@ -89,6 +93,11 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
                       : std::string("measured: 1-thread ") +
                             (act == DType::f32 ? "SGEMM" : cpu::gemm16_kernel(act)) + " x threads";
   model_.init(cfg.run.seed);
+  resumed_from_ = find_resume_checkpoint(cfg_, f.rank == 0);
+  if (resumed_from_.empty())
+    check_run_dir_free(cfg_);
+  else
+    load_checkpoint(resumed_from_, cfg_, f.rank, f.world, model_.params(), state_);
   sync_.setup(model_);
   if (f.world > 1) sync_.check_replicas(model_.params().data(), model_.params().size(), 0);
   f.flops_per_token = model_.model_flops_per_token();
@@ -99,7 +108,11 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
   f.arena_bytes = arena_.capacity_bytes();
   f.buckets = sync_.buckets().size();
   if (f.rank == 0) {
-    run_dir_.create();
+    // Every rank has chosen its checkpoint (check_replicas above waited for all of them).
+    if (resumed_from_.empty()) std::filesystem::remove_all(checkpoints_dir(cfg_));
+    run_dir_.create(state_.step);
+    if (!resumed_from_.empty())
+      std::printf("resuming from %s (step %d)\n", resumed_from_.c_str(), state_.step);
     write_file_atomic(run_dir_.path("config.yaml"), config_to_yaml(cfg));
     print_header(cfg, f, model_, state_.scaler);
   }
@@ -257,8 +270,32 @@ void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
   if (!event.empty()) std::printf("%s", event.c_str());
 }
 
+// Saves a checkpoint of the state after step state_.step (every rank calls it).
+void Trainer::save(TrainOutcome& out) {
+  out.last_checkpoint = save_checkpoint(cfg_, model_.params(), state_, sync_);
+  if (facts_.rank == 0) std::printf("checkpoint: %s\n", out.last_checkpoint.c_str());
+}
+
+// A signal asked the run to stop: save where it is and return without evaluating.
+TrainOutcome Trainer::stop_preempted(TrainOutcome& out) {
+  save(out);
+  if (facts_.rank == 0)
+    std::printf("stopped by a signal after step %d; checkpoint %s; rerun to resume\n", state_.step,
+                out.last_checkpoint.c_str());
+  out.preempted = true;
+  out.optimizer_steps = state_.optimizer.step_count();
+  out.skipped_steps = int(state_.scaler.state().skipped_total);
+  out.params_fnv1a64 = fnv1a64(model_.params().data(), model_.params().bytes());
+  return out;
+}
+
 TrainOutcome Trainer::run() {
   TrainOutcome out;
+  out.resumed_step = state_.step;
+  const int save_every = cfg_.checkpoint.every;
+  // Only runs that checkpoint catch signals (and pay one agreement per step for them).
+  std::optional<PreemptGuard> preempt;
+  if (save_every > 0) preempt.emplace();
   const auto t_loop = SteadyClock::now();
   // Every rank sees the same agreed flags, so every rank stops at the same step.
   while (state_.step < cfg_.train.steps && !state_.scaler.should_stop()) {
@@ -268,7 +305,13 @@ TrainOutcome Trainer::run() {
     last_val_loss_ = every > 0 && n % every == 0 && n < cfg_.train.steps ? evaluate() : NAN;
     log_step(s, out);
     ++totals_.steps_run;
+    if (preempt && sync_.any_rank(preempt->requested())) return stop_preempted(out);
+    if (save_every > 0 && n % save_every == 0) save(out);
   }
+  // The end of the run, unless the last step was just saved, or the run was resumed at its
+  // end, or the scaler gave up (a state that only overflows is not worth resuming).
+  const bool saved = state_.step % std::max(save_every, 1) == 0 || state_.step == out.resumed_step;
+  if (save_every > 0 && !saved && !state_.scaler.should_stop()) save(out);
   RunEnd end;
   end.stop_reason = state_.scaler.should_stop() ? state_.scaler.stop_message() : "";
   end.loop_s = std::chrono::duration<double>(SteadyClock::now() - t_loop).count();

@@ -36,6 +36,9 @@ struct TrainOutcome {
   int64_t optimizer_steps = 0;      // steps applied (Adam's step count)
   float final_val_loss = 0;
   uint64_t params_fnv1a64 = 0;  // fnv1a64 of the final parameter buffer's bytes
+  int resumed_step = 0;         // the checkpoint's step it resumed from; 0 = a fresh start
+  std::string last_checkpoint;  // path of the last checkpoint this run saved, if any
+  bool preempted = false;       // stopped by SIGTERM/SIGINT after saving (train/preempt.h)
 };
 
 // The run stopped itself (max_consecutive_skips overflowing steps in a row); the message
@@ -58,13 +61,17 @@ struct TrainState {
 
 class Trainer {
  public:
-  // Checks CFG against the world size and reads the data; COMM may be null (one rank).
-  // Throws InputError for bad input, before anything is written.
+  // Checks CFG against the world size, reads the data and, per checkpoint.resume, loads a
+  // checkpoint (train/checkpoint.h); COMM may be null (one rank). Throws InputError for bad
+  // input (a run directory holding an earlier run that is not resumed included), before
+  // anything is written.
   Trainer(const Config& cfg, Communicator* comm);
   ~Trainer();
 
-  // Runs the remaining steps, evaluates, writes summary.json. Throws TrainingStopped when
-  // the loss scaler gave up.
+  // Runs the remaining steps (saving a checkpoint every checkpoint.every steps and at the
+  // end), evaluates, writes summary.json. Throws TrainingStopped when the loss scaler gave
+  // up. With checkpoint.every > 0, SIGTERM or SIGINT on any rank saves a checkpoint after
+  // the current step and returns at once (preempted; no evaluation, no summary).
   TrainOutcome run();
 
  private:
@@ -88,6 +95,8 @@ class Trainer {
   void trace_comm(const GradSync::Result& comm, int64_t wait_start);
   void log_step(const StepResult& s, TrainOutcome& out);
   float evaluate();
+  void save(TrainOutcome& out);
+  TrainOutcome stop_preempted(TrainOutcome& out);
 
   const Config cfg_;
   GradSync sync_;
@@ -104,6 +113,7 @@ class Trainer {
   StragglerLog stragglers_;
   std::vector<int32_t> inputs_, targets_;  // [grad_accum_steps, micro_batch, seq_len]
   float last_val_loss_;
+  std::string resumed_from_;  // the checkpoint loaded at construction; "" = none
 };
 
 // Runs CFG to completion: Trainer(cfg, comm).run().

@@ -205,7 +205,8 @@ TEST(LossScaler, StopMessageSaysWhatHappenedAndWhatToTry) {
             "dynamic, scale now 1). The scale is at min_scale and the gradients still overflow, "
             "so the model itself produces inf/NaN. Try: lower train.lr or lengthen "
             "train.warmup_steps; check the data (a bad token file); use precision.dtype bf16 "
-            "(fp32's range, no scaling needed).");
+            "(fp32's range, no scaling needed); then rerun with the same run.out_dir to resume "
+            "from the last checkpoint (with checkpoint.every > 0).");
   EXPECT_NE(m.find("at min_scale"), std::string::npos) << m;
   EXPECT_EQ(m.find("lower precision.loss_scale.min_scale"), std::string::npos) << m;
   p.loss_scale.min_scale = 2;

@@ -1,0 +1,306 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+#include "core/checksum.h"
+#include "core/enum_names.h"
+#include "core/error.h"
+#include "train/grad_sync.h"
+#include "train/trainer.h"
+
+namespace ringstep {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+constexpr const char* kManifest = "manifest.json";
+// Every file a checkpoint holds besides the manifest, in the order they are written.
+constexpr const char* kParams = "params.bin";
+constexpr const char* kAdamM = "adam_m.bin";
+constexpr const char* kAdamV = "adam_v.bin";
+constexpr const char* kState = "state.json";
+constexpr const char* kConfig = "config.yaml";
+constexpr const char* kFiles[] = {kParams, kAdamM, kAdamV, kState, kConfig};
+
+[[noreturn]] void fail_io(const std::string& what, const fs::path& path) {
+  throw std::runtime_error(what + " '" + path.string() + "': " + std::strerror(errno));
+}
+
+// Writes BYTES to PATH and fsyncs it: once this returns, the bytes survive a power cut.
+void write_synced(const fs::path& path, std::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_io("cannot create", path);
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail_io("cannot write", path);
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0) fail_io("cannot fsync", path);
+  if (::close(fd) != 0) fail_io("cannot close", path);
+}
+
+// A directory's entries (a file created or renamed in it) are durable once it is fsynced.
+void sync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail_io("cannot open directory", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) fail_io("cannot fsync directory", dir);
+}
+
+std::string_view bytes_of(const FlatBuffer& b) {
+  return {reinterpret_cast<const char*>(b.data()), b.bytes()};
+}
+
+std::string hex64(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, h);
+  return buf;
+}
+
+// What must match for a checkpoint to load into a run: the keys that shape the parameter
+// and moment buffers or the meaning of their values.
+json compatibility(const Config& cfg, size_t param_count) {
+  const ModelConfig& m = cfg.model;
+  return {{"model.vocab_size", m.vocab_size},
+          {"model.seq_len", m.seq_len},
+          {"model.d_model", m.d_model},
+          {"model.n_layers", m.n_layers},
+          {"model.n_heads", m.n_heads},
+          {"param_count", param_count},
+          {"precision.dtype", name(cfg.precision.dtype)},
+          {"optimizer.name", name(cfg.optimizer.name)}};
+}
+
+json state_json(const TrainState& state, const std::vector<uint64_t>& positions) {
+  const LossScalerState& s = state.scaler.state();
+  return {{"step", state.step},
+          {"adam_step_count", state.optimizer.step_count()},
+          {"loss_scaler",
+           {{"scale", s.scale},
+            {"growth_tracker", s.growth_tracker},
+            {"hysteresis_tracker", s.hysteresis_tracker},
+            {"consecutive_skips", s.consecutive_skips},
+            {"skipped_total", s.skipped_total}}},
+          {"data_positions", positions}};
+}
+
+// Writes every file into DIR, fsynced, then manifest.json (the commit marker) and DIR.
+void write_files(const fs::path& dir, const Config& cfg, const FlatBuffer& params,
+                 const TrainState& state, const std::vector<uint64_t>& positions, int world) {
+  const std::string state_text = state_json(state, positions).dump(2) + "\n";
+  const std::string config_text = config_to_yaml(cfg);
+  const std::string_view contents[] = {bytes_of(params), bytes_of(state.optimizer.m()),
+                                       bytes_of(state.optimizer.v()), state_text, config_text};
+  json files = json::object();
+  for (size_t i = 0; i < std::size(kFiles); ++i) {
+    write_synced(dir / kFiles[i], contents[i]);
+    files[kFiles[i]] = {{"bytes", contents[i].size()},
+                        {"fnv1a64", hex64(fnv1a64(contents[i].data(), contents[i].size()))}};
+  }
+  const json manifest = {{"format_version", kCheckpointFormatVersion},
+                         {"step", state.step},
+                         {"world_size", world},
+                         {"compatibility", compatibility(cfg, params.size())},
+                         {"files", files}};
+  write_synced(dir / kManifest, manifest.dump(2) + "\n");
+  sync_dir(dir);
+}
+
+// The step-N checkpoints under DIR, newest first (step-N.tmp and other names are not).
+std::vector<std::pair<long, fs::path>> list_checkpoints(const fs::path& dir) {
+  std::vector<std::pair<long, fs::path>> found;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step-", 0) != 0 || n.size() == 5) continue;
+    if (!std::all_of(n.begin() + 5, n.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    found.emplace_back(std::stol(n.substr(5)), e.path());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a > b; });
+  return found;
+}
+
+// Rank 0's part of save_checkpoint: write, commit by rename, prune.
+void write_and_commit(const fs::path& final_dir, const Config& cfg, const FlatBuffer& params,
+                      const TrainState& state, const std::vector<uint64_t>& positions, int world) {
+  const fs::path tmp = final_dir.string() + ".tmp";
+  fs::remove_all(tmp);  // left by a run that died while writing
+  fs::create_directories(tmp);
+  write_files(tmp, cfg, params, state, positions, world);
+  fs::remove_all(final_dir);  // a step saved again (resumed with resume: never)
+  fs::rename(tmp, final_dir);
+  sync_dir(final_dir.parent_path());
+  const auto all = list_checkpoints(final_dir.parent_path());
+  for (size_t i = size_t(cfg.checkpoint.keep); i < all.size(); ++i) fs::remove_all(all[i].second);
+}
+
+std::string read_whole(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("cannot read '" + path.string() + "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Reads DIR's manifest and checks every file it must list against its size and checksum;
+// returns the manifest. Throws InputError naming DIR and the first problem.
+json verify(const fs::path& dir) {
+  const std::string where = "checkpoint '" + dir.string() + "': ";
+  if (!fs::is_regular_file(dir / kManifest))
+    throw InputError(where +
+                     "no manifest.json (not a checkpoint, or one that was never "
+                     "finished)");
+  try {
+    const json manifest = json::parse(read_whole(dir / kManifest));
+    const int version = manifest.at("format_version").get<int>();
+    if (version > kCheckpointFormatVersion || version < 1)
+      throw InputError(where + "format version " + std::to_string(version) +
+                       ", this build reads version " + std::to_string(kCheckpointFormatVersion));
+    for (const char* file : kFiles) {
+      const json& entry = manifest.at("files").at(file);
+      const std::string bytes = read_whole(dir / file);
+      const size_t expected = entry.at("bytes").get<size_t>();
+      if (bytes.size() != expected)
+        throw InputError(where + file + " has " + std::to_string(bytes.size()) +
+                         " bytes, the manifest says " + std::to_string(expected) +
+                         (bytes.size() < expected ? " (truncated)" : ""));
+      if (hex64(fnv1a64(bytes.data(), bytes.size())) != entry.at("fnv1a64").get<std::string>())
+        throw InputError(where + file + " does not match its checksum in manifest.json");
+    }
+    return manifest;
+  } catch (const json::exception& e) {
+    throw InputError(where + "manifest.json is not a checkpoint manifest: " + e.what());
+  }
+}
+
+// Refuses a checkpoint written for another model shape, dtype or optimizer, naming every
+// key that differs.
+void check_compatible(const json& manifest, const Config& cfg, size_t param_count,
+                      const fs::path& dir) {
+  const json want = compatibility(cfg, param_count);
+  const json have = manifest.value("compatibility", json::object());
+  std::string diff;
+  for (const auto& [key, value] : want.items()) {
+    const std::string saved = have.contains(key) ? have[key].dump() : "missing";
+    if (saved != value.dump())
+      diff += (diff.empty() ? "" : ", ") + key + " is " + saved + " there, " + value.dump() +
+              " in the config";
+  }
+  if (!diff.empty())
+    throw InputError("checkpoint '" + dir.string() + "' was written for another run: " + diff);
+}
+
+void read_into(const fs::path& path, FlatBuffer& buf) {
+  const std::string bytes = read_whole(path);
+  if (bytes.size() != buf.bytes())
+    throw InputError("'" + path.string() + "' has " + std::to_string(bytes.size()) +
+                     " bytes, expected " + std::to_string(buf.bytes()));
+  std::memcpy(buf.data(), bytes.data(), bytes.size());
+}
+
+}  // namespace
+
+std::string checkpoints_dir(const Config& cfg) { return cfg.run.out_dir + "/checkpoints"; }
+
+std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const TrainState& state,
+                            GradSync& sync) {
+  // Every rank's position is in hand before rank 0 commits: the rename waits for all.
+  const std::vector<uint64_t> positions = sync.gather(state.data->position());
+  const fs::path dir = fs::path(checkpoints_dir(cfg)) / ("step-" + std::to_string(state.step));
+  std::string error;
+  if (sync.rank() == 0) {
+    try {
+      write_and_commit(dir, cfg, params, state, positions, sync.world());
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (error.empty()) error = "unknown error";
+    }
+  }
+  // Nobody goes on (or reads checkpoints/) before the commit, and a failure stops all.
+  if (sync.any_rank(!error.empty()))
+    throw std::runtime_error("cannot save checkpoint '" + dir.string() +
+                             "': " + (error.empty() ? "rank 0 failed" : error));
+  return dir.string();
+}
+
+std::string find_resume_checkpoint(const Config& cfg, bool warn) {
+  const std::string& resume = cfg.checkpoint.resume;
+  if (resume == "never") return "";
+  if (resume != "auto") {
+    if (!fs::is_directory(resume))
+      throw InputError("checkpoint.resume: '" + resume +
+                       "' is not a checkpoint directory (expected RUN_DIR/checkpoints/step-N), "
+                       "auto or never");
+    verify(resume);
+    return resume;
+  }
+  for (const auto& [step, dir] : list_checkpoints(checkpoints_dir(cfg))) {
+    try {
+      verify(dir);
+      return dir.string();
+    } catch (const InputError& e) {
+      if (warn) std::fprintf(stderr, "ringstep: warning: skipping %s\n", e.what());
+    }
+  }
+  return "";
+}
+
+void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int world,
+                     FlatBuffer& params, TrainState& state) {
+  const json manifest = verify(dir);
+  check_compatible(manifest, cfg, params.size(), dir);
+  read_into(fs::path(dir) / kParams, params);
+  read_into(fs::path(dir) / kAdamM, state.optimizer.m());
+  read_into(fs::path(dir) / kAdamV, state.optimizer.v());
+  try {
+    const json s = json::parse(read_whole(fs::path(dir) / kState));
+    const json& ls = s.at("loss_scaler");
+    state.step = s.at("step").get<int>();
+    state.optimizer.set_step_count(s.at("adam_step_count").get<int64_t>());
+    state.scaler.restore({ls.at("scale").get<double>(), ls.at("growth_tracker").get<int>(),
+                          ls.at("hysteresis_tracker").get<int>(),
+                          ls.at("consecutive_skips").get<int>(),
+                          ls.at("skipped_total").get<int64_t>()});
+    const std::vector<uint64_t> positions = s.at("data_positions").get<std::vector<uint64_t>>();
+    const bool same_world = int(positions.size()) == world;
+    state.data->seek(positions.at(same_world ? rank : 0));
+  } catch (const json::exception& e) {
+    throw InputError("checkpoint '" + dir + "': " + kState +
+                     " is not a checkpoint state: " + e.what());
+  } catch (const std::out_of_range&) {
+    throw InputError("checkpoint '" + dir + "': " + kState + " lists no data position");
+  }
+}
+
+void check_run_dir_free(const Config& cfg) {
+  if (cfg.run.overwrite) return;
+  const fs::path root = cfg.run.out_dir;
+  std::error_code ec;
+  const bool steps = fs::exists(root / "steps.jsonl", ec);
+  const bool checkpoints = !fs::is_empty(checkpoints_dir(cfg), ec) && !ec;
+  if (!steps && !checkpoints) return;
+  throw InputError(
+      "run.out_dir '" + root.string() + "' already holds an earlier run (" +
+      (steps ? "steps.jsonl" : "checkpoints/") +
+      ") and there is no checkpoint to resume (checkpoint.resume: " + cfg.checkpoint.resume +
+      "); set run.overwrite=true to replace it, or choose another run.out_dir");
+}
+
+}  // namespace ringstep

@@ -1,0 +1,51 @@
+// Checkpoints (docs/formats.md "Checkpoints"): RUN_DIR/checkpoints/step-N/ holds the
+// parameters, AdamW's moments and step count, the loss scaler's state, the step, every
+// rank's data-stream position and the effective config; manifest.json, written last, lists
+// every file with its size and FNV-1a 64 checksum and is what makes a checkpoint exist.
+// A run resumed from step N is bit-identical, from step N + 1 on, to one that never
+// stopped (same config and world size). Rank 0 writes; every rank reads (the run directory
+// must be on a file system every rank sees).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/config.h"
+#include "core/registry.h"
+
+namespace ringstep {
+
+class GradSync;
+struct TrainState;
+
+constexpr int kCheckpointFormatVersion = 1;
+
+// RUN_DIR/checkpoints, where checkpoints are saved and resume: auto looks.
+std::string checkpoints_dir(const Config& cfg);
+
+// Saves STATE and PARAMS as RUN_DIR/checkpoints/step-STATE.step: rank 0 writes
+// step-N.tmp/ (every file fsynced, manifest.json last), renames it to step-N once every
+// rank's data position has been gathered, then deletes all but the checkpoint.keep newest.
+// Collective: every rank calls it at the same step, and every rank returns only once the
+// checkpoint is committed (or throws std::runtime_error on every rank if rank 0 could not
+// write it). Returns the checkpoint's path.
+std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const TrainState& state,
+                            GradSync& sync);
+
+// The checkpoint checkpoint.resume names: "" for never, or for auto when RUN_DIR holds no
+// checkpoint that verifies (each one that does not is skipped with a warning on stderr
+// when WARN). A PATH must verify. Throws InputError naming the path and what is wrong.
+std::string find_resume_checkpoint(const Config& cfg, bool warn);
+
+// Loads the checkpoint at DIR into PARAMS and STATE (step, moments, Adam's step count,
+// scaler, this rank's data position). Throws InputError when it does not verify or was
+// written for another model shape, dtype or optimizer (the message names what differs).
+// With another world size, every rank seeks to rank 0's saved position (docs/formats.md).
+void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int world,
+                     FlatBuffer& params, TrainState& state);
+
+// Refuses (InputError) a run directory that holds the steps or checkpoints of an earlier
+// run when nothing is being resumed, unless run.overwrite is set.
+void check_run_dir_free(const Config& cfg);
+
+}  // namespace ringstep
