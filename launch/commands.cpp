@@ -6,7 +6,10 @@
 #include "comm/mpi_communicator.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "models/gpt.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/export.h"
 #include "train/preflight.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"
@@ -29,8 +32,8 @@ void add_bench_subcommands(CLI::App& bench, BenchCommand& opts) {
   ar->add_option("--json", opts.json_path, "Write one JSON object per row to FILE");
 }
 
-int run_train(const std::string& config_path, const std::vector<std::string>& overrides,
-              int argc, char** argv) {
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides, int argc,
+              char** argv) {
   // Every rank reads and checks the config itself: a bad one fails on all ranks alike,
   // before any communication.
   Config cfg = load_config(config_path, overrides);
@@ -47,6 +50,18 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
 int run_prepare(const std::string& input, const std::string& output) {
   prepare_tokens(input, output);
   std::printf("ringstep prepare: wrote %s\n", output.c_str());
+  return 0;
+}
+
+int run_export(const std::string& path, const std::string& output) {
+  if (output.empty()) throw InputError("export: --output is empty; name the .safetensors file");
+  const std::string dir = checkpoint_at(path);
+  const Config cfg = load_config(dir + "/config.yaml");
+  Gpt model(cfg.model, {cfg.precision.dtype, cfg.recompute.policy, cfg.recompute.k});
+  load_checkpoint_params(dir, cfg, model.params());
+  export_safetensors(model, output);
+  std::printf("ringstep export: %s (%zu parameters) -> %s\n", dir.c_str(), model.param_count(),
+              output.c_str());
   return 0;
 }
 

@@ -16,9 +16,12 @@ struct BenchCommand {
 };
 
 void add_bench_subcommands(CLI::App& bench, BenchCommand& opts);
-int run_train(const std::string& config_path, const std::vector<std::string>& overrides,
-              int argc, char** argv);
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides, int argc,
+              char** argv);
 int run_prepare(const std::string& input, const std::string& output);
+// `ringstep export RUN_DIR|CHECKPOINT --output FILE`: the checkpoint's weights as
+// safetensors under GPT-2 names (train/export.h).
+int run_export(const std::string& path, const std::string& output);
 int run_bench(const BenchCommand& opts, int argc, char** argv);
 
 }  // namespace ringstep

@@ -38,6 +38,12 @@ int main(int argc, char** argv) {
   report_cmd->add_option("run_dir", report_dir, "Run directory (run.out_dir)")->required();
   report_cmd->add_flag("--json", report_json, "Print one JSON object instead of text");
 
+  std::string export_path, export_out;
+  CLI::App* export_cmd =
+      app.add_subcommand("export", "Write a checkpoint's weights as safetensors (GPT-2 names)");
+  export_cmd->add_option("path", export_path, "Run directory or checkpoint directory")->required();
+  export_cmd->add_option("--output", export_out, "The .safetensors file to write")->required();
+
   BenchCommand bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Micro-benchmarks");
   bench_cmd->require_subcommand(1);
@@ -73,6 +79,7 @@ int main(int argc, char** argv) {
     if (*prep_cmd) return run_prepare(prep_in, prep_out);
     if (*bench_cmd) return run_bench(bench, argc, argv);
     if (*report_cmd) return run_report(report_dir, report_json);
+    if (*export_cmd) return run_export(export_path, export_out);
   } catch (const InputError& e) {
     std::fprintf(stderr, "ringstep: error: %s\n", e.what());
     return kExitBadInput;

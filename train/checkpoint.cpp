@@ -262,11 +262,32 @@ std::string find_resume_checkpoint(const Config& cfg, bool warn) {
   return "";
 }
 
+std::string checkpoint_at(const std::string& path) {
+  if (fs::exists(fs::path(path) / "manifest.json")) {
+    verify(path);
+    return path;
+  }
+  for (const auto& [step, dir] : list_checkpoints(fs::path(path) / "checkpoints")) {
+    try {
+      verify(dir);
+      return dir.string();
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "ringstep: warning: skipping %s\n", e.what());
+    }
+  }
+  throw InputError("'" + path +
+                   "' is neither a checkpoint (RUN_DIR/checkpoints/step-N) nor a run directory "
+                   "holding one that verifies (train with checkpoint.every > 0)");
+}
+
+void load_checkpoint_params(const std::string& dir, const Config& cfg, FlatBuffer& params) {
+  check_compatible(verify(dir), cfg, params.size(), dir);
+  read_into(fs::path(dir) / kParams, params);
+}
+
 void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int world,
                      FlatBuffer& params, TrainState& state) {
-  const json manifest = verify(dir);
-  check_compatible(manifest, cfg, params.size(), dir);
-  read_into(fs::path(dir) / kParams, params);
+  load_checkpoint_params(dir, cfg, params);
   read_into(fs::path(dir) / kAdamM, state.optimizer.m());
   read_into(fs::path(dir) / kAdamV, state.optimizer.v());
   try {

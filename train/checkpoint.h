@@ -44,6 +44,14 @@ std::string find_resume_checkpoint(const Config& cfg, bool warn);
 void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int world,
                      FlatBuffer& params, TrainState& state);
 
+// The checkpoint to read weights from: PATH itself when it is a checkpoint
+// (RUN_DIR/checkpoints/step-N), else the newest checkpoint that verifies in the run
+// directory PATH. Throws InputError when there is none.
+std::string checkpoint_at(const std::string& path);
+// Loads only the parameters of the checkpoint at DIR (which must verify and match CFG's
+// model shape) into PARAMS: what `ringstep export` and train.init_from need.
+void load_checkpoint_params(const std::string& dir, const Config& cfg, FlatBuffer& params);
+
 // Refuses (InputError) a run directory that holds the steps or checkpoints of an earlier
 // run when nothing is being resumed, unless run.overwrite is set.
 void check_run_dir_free(const Config& cfg);

@@ -52,6 +52,9 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
   ExpectBadInput("frobnicate", "frobnicate", dir);
   ExpectBadInput("train", "config", dir);
   ExpectBadInput("train " + Tiny() + " --no-such-flag", "no-such-flag", dir);
+  ExpectBadInput("export " + dir.string() + " --output " + (dir / "m.safetensors").string(),
+                 "is neither a checkpoint", dir);
+  ExpectBadInput("export " + dir.string() + " --output ''", "--output is empty", dir);
   ExpectBadInput("train " + (dir / "missing.yaml").string() + run, "missing.yaml", dir);
   ExpectBadInput("train " + Tiny() + run + " --set train.lrr=1", "did you mean 'train.lr'", dir);
   ExpectBadInput("train " + Tiny() + run + " --set train.steps=abc", "train.steps", dir);

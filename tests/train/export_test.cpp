@@ -11,9 +11,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/checksum.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "models/gpt.h"
+#include "train/checkpoint.h"
+#include "train/small_run.h"
 #include "train/token_file.h"
+#include "train/trainer.h"
 
 namespace ringstep {
 namespace {
@@ -91,6 +96,24 @@ TEST(Export, SafetensorsHoldEveryTensorInGpt2Layout) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       ASSERT_EQ(std::memcmp(&ours[r * cols + c], &theirs[c * rows + r], 4), 0) << r << "," << c;
+}
+
+// What `ringstep export RUN_DIR` reads: the newest checkpoint's parameters, bit for bit the
+// ones the run ended with.
+TEST(Export, RunDirectoryResolvesToItsNewestCheckpointsParameters) {
+  const fs::path out =
+      fs::temp_directory_path() / ("ringstep_export_run_" + std::to_string(getpid()));
+  fs::remove_all(out);
+  Config cfg = ringstep::testing::SmallRun(out.string(), 4);
+  cfg.checkpoint.every = 2;
+  const TrainOutcome r = train(cfg, nullptr);
+  const std::string dir = checkpoint_at(out.string());
+  EXPECT_EQ(fs::path(dir).filename(), "step-4");
+  Gpt model(cfg.model);
+  load_checkpoint_params(dir, cfg, model.params());
+  EXPECT_EQ(fnv1a64(model.params().data(), model.params().bytes()), r.params_fnv1a64);
+  EXPECT_THROW(checkpoint_at((out / "checkpoints").string()), InputError);
+  fs::remove_all(out);
 }
 
 // The exported model in plain PyTorch (tools/load_in_pytorch.py, fp64) gives ringstep's
