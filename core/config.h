@@ -47,6 +47,11 @@ constexpr auto enum_names(RecomputePolicy) {
                                                    {RecomputePolicy::every_k, "every_k"},
                                                    {RecomputePolicy::selective, "selective"}});
 }
+// What a non-finite loss or gradient does when no loss scaler is there to absorb it.
+enum class OnNan { stop, skip };
+constexpr auto enum_names(OnNan) {
+  return std::to_array<EnumName<OnNan>>({{OnNan::stop, "stop"}, {OnNan::skip, "skip"}});
+}
 enum class OptimizerKind { adamw, onebit_adam };
 constexpr auto enum_names(OptimizerKind) {
   return std::to_array<EnumName<OptimizerKind>>(
@@ -113,6 +118,7 @@ struct TrainConfig {
   int eval_every = 50;     // 0 = only at the end
   int eval_batches = 16;   // micro-batches per evaluation (16 x 8 x 128 tokens: +-0.01 nats)
   int check_replicas_every = 100;  // 0 = never
+  OnNan on_nan = OnNan::stop;      // without loss scaling: stop the run, or skip the step
 
   bool operator==(const TrainConfig&) const = default;
 };

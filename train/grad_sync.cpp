@@ -114,13 +114,15 @@ void GradSync::wait_bookkeeping(const CommHandle& handle) {
   engine_->drain_spans();  // bookkeeping traffic, not gradient communication
 }
 
-bool GradSync::any_rank(bool flag) {
-  if (world_ == 1) return flag;
-  float any = flag ? 1.0f : 0.0f;
-  wait_bookkeeping(
-      engine_->enqueue({"allreduce", kAnyRankTag, 1, DType::f32},
-                       [&](Communicator& c) { c.allreduce(&any, 1, DType::f32, ReduceOp::max); }));
-  return any > 0.0f;
+bool GradSync::any_rank(bool flag) { return first_rank(flag) >= 0; }
+
+int GradSync::first_rank(bool flag) {
+  if (world_ == 1) return flag ? 0 : -1;
+  float lowest = flag ? float(rank_) : float(world_);
+  wait_bookkeeping(engine_->enqueue(
+      {"allreduce", kAnyRankTag, 1, DType::f32},
+      [&](Communicator& c) { c.allreduce(&lowest, 1, DType::f32, ReduceOp::min); }));
+  return lowest < float(world_) ? int(lowest) : -1;
 }
 
 void GradSync::average(float* buf, size_t n) {

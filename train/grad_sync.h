@@ -45,7 +45,7 @@ class GradSync final : public Reducer {
   enum Tag : uint64_t {
     kStepViewTag = uint64_t{1} << 20,  // agree()
     kGatherTag,                        // gather(), check_replicas()
-    kAnyRankTag,                       // any_rank()
+    kAnyRankTag,                       // any_rank(), first_rank()
     kAverageTag,                       // average()
   };
 
@@ -74,10 +74,12 @@ class GradSync final : public Reducer {
   Result finish();
   StepView agree(float loss, const PhaseTimes& local);
   // Reducer: blocking collectives on the engine, outside the bucket accounting (their time
-  // is the caller's phase, not finish()'s comm_ms). any_rank is a MAX over ranks of 0/1
+  // is the caller's phase, not finish()'s comm_ms). any_rank is first_rank() >= 0
   // (the loss scaler's inf/NaN agreement); average runs the configured comm.allreduce
   // algorithm.
   bool any_rank(bool flag) override;
+  // The lowest rank whose FLAG is true (an AllReduce MIN), or -1: who saw a fault first.
+  int first_rank(bool flag);
   void average(float* buf, size_t n) override;
   // VALUE of every rank, in rank order (an allgather); every rank must call it.
   std::vector<uint64_t> gather(uint64_t value);

@@ -155,8 +155,9 @@ Trainer::StepResult Trainer::step() {
   s.comm = sync_.finish();  // waits; gradients averaged over ranks
   if (traced) trace_comm(s.comm, wait_start);
 
-  const bool found_inf = unscale_and_agree(traced);
-  s.applied = state_.scaler.update(found_inf);
+  const int bad_rank = unscale_and_agree(traced, s.loss);
+  if (bad_rank >= 0) fault_ = numerical_fault(number, bad_rank);
+  s.applied = state_.scaler.update(bad_rank >= 0);
   s.lr = schedule_.at(int(state_.optimizer.step_count()));
   s.grad_norm = s.applied ? apply_update(s.lr, traced) : NAN;
   if (traced && number == w[1])
@@ -188,13 +189,32 @@ double Trainer::micro_batch(int micro, bool traced) {
   return loss;
 }
 
-// The loss scaler's check (docs/precision.md): unscale and look for inf/NaN in one pass,
-// then agree on the flag across ranks. A skipped step leaves the parameters, the moments,
-// Adam's step count and the LR schedule's position as they were.
-bool Trainer::unscale_and_agree(bool traced) {
+// The loss scaler's check (docs/precision.md): unscale and look for inf/NaN in one pass
+// (and in LOSS), then agree across ranks on the lowest rank that found one (-1: none). A
+// skipped step leaves the parameters, the moments, Adam's step count and the LR schedule's
+// position as they were.
+int Trainer::unscale_and_agree(bool traced, double loss) {
   FlatBuffer& g = model_.grads();
-  return timed(&PhaseTimes::optimizer, "unscale + check", traced,
-               [&] { return sync_.any_rank(state_.scaler.unscale_and_check(g.data(), g.size())); });
+  return timed(&PhaseTimes::optimizer, "unscale + check", traced, [&] {
+    const bool bad = state_.scaler.unscale_and_check(g.data(), g.size()) || !std::isfinite(loss);
+    return sync_.first_rank(bad);
+  });
+}
+
+// Without a loss scaler (fp32, bf16, mode none) an inf/NaN is not an overflow to scale
+// away but a fault: with train.on_nan: stop, the message that ends the run after this
+// step's record; "" to go on (skip the step).
+std::string Trainer::numerical_fault(int step, int rank) const {
+  if (state_.scaler.mode() != LossScaleMode::none || cfg_.train.on_nan == OnNan::skip) return "";
+  const std::string last = find_resume_checkpoint(cfg_, false);
+  return "step " + std::to_string(step) +
+         ": the loss or gradients are inf or NaN (first seen on rank " + std::to_string(rank) +
+         "; dtype " + name(cfg_.precision.dtype) +
+         ", no loss scaling to absorb it). Last good checkpoint: " +
+         (last.empty() ? "none (checkpoint.every is " + std::to_string(cfg_.checkpoint.every) + ")"
+                       : last) +
+         ". Try a lower train.lr or a longer train.warmup_steps, check the data, or set "
+         "train.on_nan: skip to skip such steps.";
 }
 
 // Clips by the global norm and applies AdamW; returns the norm before clipping.
@@ -298,7 +318,7 @@ TrainOutcome Trainer::run() {
   if (save_every > 0) preempt.emplace();
   const auto t_loop = SteadyClock::now();
   // Every rank sees the same agreed flags, so every rank stops at the same step.
-  while (state_.step < cfg_.train.steps && !state_.scaler.should_stop()) {
+  while (state_.step < cfg_.train.steps && !state_.scaler.should_stop() && fault_.empty()) {
     const StepResult s = step();
     out.loss_scales.push_back(s.loss_scale);
     const int n = state_.step, every = cfg_.train.eval_every;
@@ -311,9 +331,11 @@ TrainOutcome Trainer::run() {
   // The end of the run, unless the last step was just saved, or the run was resumed at its
   // end, or the scaler gave up (a state that only overflows is not worth resuming).
   const bool saved = state_.step % std::max(save_every, 1) == 0 || state_.step == out.resumed_step;
-  if (save_every > 0 && !saved && !state_.scaler.should_stop()) save(out);
+  if (save_every > 0 && !saved && !state_.scaler.should_stop() && fault_.empty()) save(out);
   RunEnd end;
-  end.stop_reason = state_.scaler.should_stop() ? state_.scaler.stop_message() : "";
+  end.stop_reason = !fault_.empty()               ? fault_
+                    : state_.scaler.should_stop() ? state_.scaler.stop_message()
+                                                  : "";
   end.loop_s = std::chrono::duration<double>(SteadyClock::now() - t_loop).count();
   out.final_val_loss = end.final_val_loss = evaluate();
   end.peak_gflops_end = measure_peak(cfg_, model_.options().act_dtype, facts_.threads);

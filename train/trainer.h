@@ -70,8 +70,9 @@ class Trainer {
 
   // Runs the remaining steps (saving a checkpoint every checkpoint.every steps and at the
   // end), evaluates, writes summary.json. Throws TrainingStopped when the loss scaler gave
-  // up. With checkpoint.every > 0, SIGTERM or SIGINT on any rank saves a checkpoint after
-  // the current step and returns at once (preempted; no evaluation, no summary).
+  // up, or on an inf/NaN without loss scaling (train.on_nan: stop). With checkpoint.every > 0,
+  // SIGTERM or SIGINT on any rank saves a checkpoint after the current step and returns at once
+  // (preempted; no evaluation, no summary).
   TrainOutcome run();
 
  private:
@@ -87,7 +88,8 @@ class Trainer {
   };
   StepResult step();
   double micro_batch(int micro, bool traced);
-  bool unscale_and_agree(bool traced);
+  int unscale_and_agree(bool traced, double loss);
+  std::string numerical_fault(int step, int rank) const;
   double apply_update(double lr, bool traced);
   // Times F as phase FIELD (and, in the trace window, as span NAME); returns what F returns.
   template <class F>
@@ -114,6 +116,7 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;  // [grad_accum_steps, micro_batch, seq_len]
   float last_val_loss_;
   std::string resumed_from_;  // the checkpoint loaded at construction; "" = none
+  std::string fault_;         // why a numerical fault stops the run; "" = none
 };
 
 // Runs CFG to completion: Trainer(cfg, comm).run().

@@ -134,6 +134,17 @@ TEST(GradSyncMpi, AnyRankIsTrueWhenAnyOneRankFound) {
 
 // Exactly summable inputs: the mean is the float sum divided once by the world size, by
 // both algorithms, on the recursive-doubling (7) and ring (100'003) paths alike.
+// Who saw a fault first: the lowest flagged rank on every rank, -1 when none.
+TEST(GradSyncMpi, FirstRankIsTheLowestFlaggedRank) {
+  auto& comm = world();
+  GradSync sync(&comm, CommConfig{});
+  EXPECT_EQ(sync.first_rank(false), -1);
+  for (int k = 0; k < comm.size(); ++k) {
+    EXPECT_EQ(sync.first_rank(comm.rank() >= k), k) << "flagged from rank " << k;
+    EXPECT_EQ(sync.first_rank(comm.rank() == k), k) << "flagged on rank " << k;
+  }
+}
+
 TEST(GradSyncMpi, AverageIsTheExactMean) {
   auto& comm = world();
   const int n = comm.size();

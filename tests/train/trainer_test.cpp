@@ -83,6 +83,41 @@ TEST(Trainer, UnbuiltValueSetInCodeIsRefusedBeforeAnythingIsWritten) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// Without loss scaling an inf/NaN is a fault: the run stops after that step's record,
+// naming the step and the rank; with train.on_nan: skip it skips such steps and goes on.
+// An absurd learning rate makes step 2's forward overflow.
+TEST(Trainer, NonFiniteLossWithoutScalingStopsNamingStepAndRank) {
+  fs::path out = TempDir("nan");
+  Config cfg = SmallRun(out / "stop", 4);
+  cfg.train.lr = 1e30;
+  try {
+    train(cfg, nullptr);
+    FAIL() << "expected TrainingStopped";
+  } catch (const TrainingStopped& e) {
+    EXPECT_NE(std::string(e.what()).find("step 2: the loss or gradients are inf or NaN (first "
+                                         "seen on rank 0; dtype fp32"),
+              std::string::npos)
+        << e.what();
+  }
+  std::ifstream steps(out / "stop" / "steps.jsonl");
+  std::string line, last;
+  int n = 0;
+  while (std::getline(steps, line)) ++n, last = line;
+  EXPECT_EQ(n, 2);
+  EXPECT_TRUE(nlohmann::json::parse(last)["skipped"].get<bool>());
+  auto summary = nlohmann::json::parse(std::ifstream(out / "stop" / "summary.json"));
+  EXPECT_NE(summary["stopped_early"].get<std::string>().find("step 2"), std::string::npos);
+
+  cfg = SmallRun(out / "skip", 4);
+  cfg.train.lr = 1e30;
+  cfg.train.on_nan = OnNan::skip;
+  const TrainOutcome r = train(cfg, nullptr);
+  EXPECT_EQ(r.loss_scales.size(), 4u);
+  EXPECT_EQ(r.skipped_steps, 3);
+  EXPECT_EQ(r.optimizer_steps, 1);
+  fs::remove_all(out);
+}
+
 TEST(Trainer, BadDataFileLeavesNoRunDirectory) {
   fs::path out = TempDir("baddata");
   Config cfg = SmallRun(out, 2);
