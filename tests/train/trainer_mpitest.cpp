@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 #include <filesystem>
 #include <fstream>
@@ -110,7 +111,11 @@ TEST(TrainerMultiRank, ExposedCommBelowCommOnlyWithOverlap) {
       if (!overlap) EXPECT_GE(t["comm_exposed"].get<double>(), t["comm"].get<double>() - 0.1);
     }
     ASSERT_EQ(n, 6);
-    if (overlap)
+    // Whether communication hides behind backward is a race between two threads per rank:
+    // it is only judged when every rank has a core of its own (ctest also runs 3 and 4
+    // ranks on smaller machines, where the comm thread may not run until backward ends).
+    const bool own_cores = world().size() <= int(std::thread::hardware_concurrency());
+    if (overlap && own_cores)
       EXPECT_LT(exposed, comm) << "overlap on: exposed " << exposed << " ms, comm " << comm
                                << " ms";
     else
