@@ -9,9 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
@@ -19,6 +17,7 @@
 #include "core/checksum.h"
 #include "core/enum_names.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "train/grad_sync.h"
 #include "train/trainer.h"
 
@@ -152,11 +151,7 @@ void write_and_commit(const fs::path& final_dir, const Config& cfg, const FlatBu
 }
 
 std::string read_whole(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read '" + path.string() + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return read_regular_file(path.string(), kNoSizeLimit, "checkpoint file");
 }
 
 // Reads DIR's manifest and checks every file it must list against its size and checksum;
@@ -240,6 +235,18 @@ std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const T
   return dir.string();
 }
 
+std::string newest_checkpoint(const std::string& checkpoints, bool warn) {
+  for (const auto& [step, dir] : list_checkpoints(checkpoints)) {
+    try {
+      verify(dir);
+      return dir.string();
+    } catch (const InputError& e) {
+      if (warn) std::fprintf(stderr, "ringstep: warning: skipping %s\n", e.what());
+    }
+  }
+  return "";
+}
+
 std::string find_resume_checkpoint(const Config& cfg, bool warn) {
   const std::string& resume = cfg.checkpoint.resume;
   if (resume == "never") return "";
@@ -251,15 +258,7 @@ std::string find_resume_checkpoint(const Config& cfg, bool warn) {
     verify(resume);
     return resume;
   }
-  for (const auto& [step, dir] : list_checkpoints(checkpoints_dir(cfg))) {
-    try {
-      verify(dir);
-      return dir.string();
-    } catch (const InputError& e) {
-      if (warn) std::fprintf(stderr, "ringstep: warning: skipping %s\n", e.what());
-    }
-  }
-  return "";
+  return newest_checkpoint(checkpoints_dir(cfg), warn);
 }
 
 std::string checkpoint_at(const std::string& path) {
@@ -267,14 +266,7 @@ std::string checkpoint_at(const std::string& path) {
     verify(path);
     return path;
   }
-  for (const auto& [step, dir] : list_checkpoints(fs::path(path) / "checkpoints")) {
-    try {
-      verify(dir);
-      return dir.string();
-    } catch (const InputError& e) {
-      std::fprintf(stderr, "ringstep: warning: skipping %s\n", e.what());
-    }
-  }
+  if (std::string dir = newest_checkpoint(path + "/checkpoints", true); !dir.empty()) return dir;
   throw InputError("'" + path +
                    "' is neither a checkpoint (RUN_DIR/checkpoints/step-N) nor a run directory "
                    "holding one that verifies (train with checkpoint.every > 0)");

@@ -32,6 +32,10 @@ std::string checkpoints_dir(const Config& cfg);
 std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const TrainState& state,
                             GradSync& sync);
 
+// The newest checkpoint under CHECKPOINTS (a RUN_DIR/checkpoints directory) that verifies,
+// or "" when none does; each one that does not is skipped, with a warning on stderr when WARN.
+std::string newest_checkpoint(const std::string& checkpoints, bool warn);
+
 // The checkpoint checkpoint.resume names: "" for never, or for auto when RUN_DIR holds no
 // checkpoint that verifies (each one that does not is skipped with a warning on stderr
 // when WARN). A PATH must verify. Throws InputError naming the path and what is wrong.

@@ -206,7 +206,7 @@ int Trainer::unscale_and_agree(bool traced, double loss) {
 // step's record; "" to go on (skip the step).
 std::string Trainer::numerical_fault(int step, int rank) const {
   if (state_.scaler.mode() != LossScaleMode::none || cfg_.train.on_nan == OnNan::skip) return "";
-  const std::string last = find_resume_checkpoint(cfg_, false);
+  const std::string last = newest_checkpoint(checkpoints_dir(cfg_), false);
   return "step " + std::to_string(step) +
          ": the loss or gradients are inf or NaN (first seen on rank " + std::to_string(rank) +
          "; dtype " + name(cfg_.precision.dtype) +
