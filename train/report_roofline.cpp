@@ -1,12 +1,11 @@
 // The roofline half of the report (Williams, Waterman & Patterson 2009): each forward matrix
 // product's arithmetic intensity against the machine balance, and the two machine numbers
 // that balance needs that the run did not record: memory bandwidth and RAM.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
+#include "train/preflight.h"
 #include "train/report.h"
 
 namespace ringstep {
@@ -75,7 +74,7 @@ MachineInfo measure_machine(int threads) {
   MachineInfo m;
   m.mem_bandwidth_gbs = 3.0 * double(n) * sizeof(float) / best_s / 1e9;
   m.bandwidth_threads = threads;
-  m.ram_bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  m.ram_bytes = machine_limits().ram_bytes;
   return m;
 }
 
