@@ -121,19 +121,24 @@ void prepare_tokens(const std::string& input_text_path, const std::string& outpu
 
 namespace {
 
-// Window w of a part covers tokens [begin + w*(T+1), begin + (w+1)*(T+1)). The j-th window
-// this source reads is first + order_e(j mod count) * stride, where e = j / count is the
-// epoch and order_e is the identity, or with shuffling a permutation of [0, count) that
-// depends only on (seed, e): any position can be sought without replaying the ones before.
+// Window w of a part covers tokens [begin + w*(T+1), begin + (w+1)*(T+1)). The training
+// windows form one sequence per epoch that every rank shares: slot j holds window
+// order_e(j mod count), where e = j / count is the epoch and order_e is the identity, or
+// with shuffling a permutation of [0, count) that depends only on (seed, e). Each
+// next_batch(B) is one micro-batch of the whole world: rank r reads slots
+// [cursor + r*B, cursor + (r+1)*B), and every rank's cursor moves on by world*B. The cursor
+// (slots the world has consumed) is the position: the same on every rank, and valid at any
+// world size, so a resume with another world size neither skips nor repeats a window. Any
+// position can be sought without replaying the ones before.
 class FileSource final : public DataSource {
  public:
-  FileSource(std::vector<uint16_t> tokens, size_t begin, int seq_len, size_t first, size_t stride,
+  FileSource(std::vector<uint16_t> tokens, size_t begin, int seq_len, int rank, int world,
              size_t count, std::optional<uint64_t> shuffle_seed, std::string description)
       : tokens_(std::move(tokens)),
         begin_(begin),
         seq_len_(seq_len),
-        first_(first),
-        stride_(stride),
+        rank_(size_t(rank)),
+        world_(size_t(world)),
         count_(count),
         shuffle_seed_(shuffle_seed),
         description_(std::move(description)) {}
@@ -142,12 +147,13 @@ class FileSource final : public DataSource {
     if (T != seq_len_)
       throw std::invalid_argument(fmt("FileSource: T=%d but seq_len is %d", T, seq_len_));
     const size_t window = static_cast<size_t>(T) + 1;
+    const uint64_t mine = cursor_ + rank_ * size_t(B);
     for (int i = 0; i < B; ++i) {
-      const size_t w = first_ + window_of(cursor_++) * stride_;
-      const uint16_t* src = &tokens_[begin_ + w * window];
+      const uint16_t* src = &tokens_[begin_ + window_of(mine + size_t(i)) * window];
       std::copy(src, src + T, inputs + static_cast<size_t>(i) * T);
       std::copy(src + 1, src + T + 1, targets + static_cast<size_t>(i) * T);
     }
+    cursor_ += world_ * size_t(B);
   }
 
   void reset() override { cursor_ = 0; }
@@ -156,7 +162,7 @@ class FileSource final : public DataSource {
   std::string describe() const override { return description_; }
 
  private:
-  // The index in [0, count) of the J-th window read.
+  // The window in slot J.
   size_t window_of(uint64_t j) {
     if (!shuffle_seed_) return j % count_;
     const uint64_t epoch = j / count_;
@@ -174,9 +180,9 @@ class FileSource final : public DataSource {
   std::vector<uint16_t> tokens_;
   size_t begin_;
   int seq_len_;
-  size_t first_, stride_, count_;
+  size_t rank_, world_, count_;
   std::optional<uint64_t> shuffle_seed_;  // none: file order
-  size_t cursor_ = 0;
+  uint64_t cursor_ = 0;
   std::vector<size_t> order_;  // the permutation of epoch order_epoch_
   uint64_t order_epoch_ = 0;
   std::string description_;
@@ -204,8 +210,7 @@ std::unique_ptr<DataSource> make_file_source(const Config& cfg, const std::strin
   const size_t begin = val && !separate_val ? n - val_tokens : 0;
   const size_t length = separate_val ? n : val ? val_tokens : n - val_tokens;
   const size_t windows = length / window;
-  const size_t per_rank = val ? windows : windows / world;
-  if (per_rank == 0)
+  if (!val && windows < size_t(world))
     throw InputError(
         fmt("%s: the train part holds %zu windows of seq_len + 1 = %zu tokens, "
             "fewer than the %d ranks",
@@ -214,16 +219,15 @@ std::unique_ptr<DataSource> make_file_source(const Config& cfg, const std::strin
       val ? fmt("token file %s: %zu tokens; val part [%zu, %zu): %zu windows of %zu tokens, "
                 "read in order by every rank",
                 path.c_str(), n, begin, begin + length, windows, window)
-          : fmt("token file %s: %zu tokens; train part [%zu, %zu): %zu windows of %zu tokens; "
-                "rank %d of %d reads %zu of them (every %d-th)",
-                path.c_str(), n, begin, begin + length, windows, window, rank, world, per_rank,
-                world);
-  // Each rank shuffles its own share, so ranks still never read the same window; the val
-  // stream is always read in order.
+          : fmt("token file %s: %zu tokens; train part [%zu, %zu): %zu windows of %zu tokens, "
+                "one order shared by the %d ranks (rank %d reads its slice of each micro-batch)",
+                path.c_str(), n, begin, begin + length, windows, window, world, rank);
+  // One seed for every rank: the ranks share one order and read disjoint slots of it. The
+  // val stream is always read in order.
   std::optional<uint64_t> shuffle;
-  if (!val && cfg.data.shuffle) shuffle = cfg.run.seed ^ (0x5DEECE66Dull * uint64_t(rank + 1));
+  if (!val && cfg.data.shuffle) shuffle = cfg.run.seed;
   return std::make_unique<FileSource>(std::move(file.tokens), begin, T, val ? 0 : rank,
-                                      val ? 1 : world, per_rank, shuffle,
+                                      val ? 1 : world, windows, shuffle,
                                       description + (shuffle ? ", shuffled each epoch" : ""));
 }
 

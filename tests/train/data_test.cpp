@@ -301,30 +301,49 @@ TEST_F(TokenFile, RejectsTokensOutsideTheModel) {
   EXPECT_THROW(make_data_source(cfg, "train", 2, 4), InputError);  // 3 windows, 4 ranks
 }
 
-TEST_F(TokenFile, RanksReadDisjointWindowsAndWrap) {
-  const int T = 8, world = 3;
+// The window each row of a batch starts with, as an index of the train part's windows.
+std::vector<int32_t> windows_read(const Batch& b, int T) {
+  std::vector<int32_t> w;
+  for (size_t i = 0; i < b.inputs.size(); i += size_t(T)) w.push_back(b.inputs[i] / (T + 1));
+  return w;
+}
+
+// Reads MICRO micro-batches of B rows on each of WORLD ranks, as a data-parallel run does,
+// and returns the windows in the order of the shared sequence (micro-batch, then rank).
+std::vector<int32_t> world_reads(const Config& cfg, int world, int micro, int B, int T,
+                                 uint64_t from = 0) {
+  std::vector<std::unique_ptr<DataSource>> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.push_back(make_data_source(cfg, "train", r, world));
+    ranks.back()->seek(from);
+  }
+  std::vector<int32_t> out;
+  for (int m = 0; m < micro; ++m)
+    for (auto& rank : ranks) {
+      const std::vector<int32_t> w = windows_read(next(*rank, B, T), T);
+      out.insert(out.end(), w.begin(), w.end());
+    }
+  return out;
+}
+
+TEST_F(TokenFile, RanksReadDisjointSlicesOfOneOrderAndWrap) {
+  const int T = 8, world = 3, B = 2;
   write_token_file(path("t.bin"), 1024, iota_tokens(1000, 1024));  // token i == i
   Config cfg = file_config("t.bin", T, 1024);
   cfg.data.shuffle = false;
-  std::set<int32_t> starts;
-  const int per_rank = 900 / (T + 1) / world;  // train part: 900 tokens
-  for (int r = 0; r < world; ++r) {
-    auto source = make_data_source(cfg, "train", r, world);
-    const Batch epoch = next(*source, per_rank, T);
-    for (int i = 0; i < per_rank; ++i) {
-      const int32_t start = epoch.inputs[i * T];
-      EXPECT_EQ(start % (T + 1), 0);
-      EXPECT_EQ(start / (T + 1) % world, r);
-      EXPECT_TRUE(starts.insert(start).second) << "window starting at " << start << " twice";
-      for (int t = 0; t < T; ++t) {
-        EXPECT_EQ(epoch.inputs[i * T + t], start + t);
-        EXPECT_EQ(epoch.targets[i * T + t], start + t + 1);
-      }
+  auto rank1 = make_data_source(cfg, "train", 1, world);
+  const Batch b = next(*rank1, B, T);
+  for (int i = 0; i < B; ++i)
+    for (int t = 0; t < T; ++t) {
+      EXPECT_EQ(b.inputs[i * T + t], (B + i) * (T + 1) + t);  // slots 2 and 3 of the world
+      EXPECT_EQ(b.targets[i * T + t], (B + i) * (T + 1) + t + 1);
     }
-    const Batch wrapped = next(*source, 1, T);
-    EXPECT_EQ(wrapped.inputs[0], r * (T + 1));
-  }
-  EXPECT_EQ(starts.size(), static_cast<size_t>(per_rank * world));
+  EXPECT_EQ(rank1->position(), uint64_t(world * B));
+  // 900 train tokens hold 100 windows: 17 micro-batches of 3 ranks x 2 read 102 slots,
+  // every window once and then windows 0 and 1 of the next epoch.
+  const std::vector<int32_t> read = world_reads(cfg, world, 17, B, T);
+  ASSERT_EQ(read.size(), 102u);
+  for (int j = 0; j < 102; ++j) EXPECT_EQ(read[size_t(j)], j % 100) << "slot " << j;
 }
 
 TEST_F(TokenFile, SeekToPositionContinuesTheStreamAcrossTheWrap) {
@@ -332,44 +351,49 @@ TEST_F(TokenFile, SeekToPositionContinuesTheStreamAcrossTheWrap) {
   write_token_file(path("t.bin"), 256, iota_tokens(1000));
   const Config cfg = file_config("t.bin", T);
   auto a = make_data_source(cfg, "train", 1, 2);
-  next(*a, 45, T);  // 900 / 9 / 2 = 50 windows per rank: the next batch wraps
-  EXPECT_EQ(a->position(), 45u);
+  next(*a, 45, T);  // 100 windows; the world read 90 of them: the next batch wraps
+  EXPECT_EQ(a->position(), 90u);
   auto b = make_data_source(cfg, "train", 1, 2);
   b->seek(a->position());
   EXPECT_EQ(next(*a, 10, T), next(*b, 10, T));
 }
 
-// With shuffling each epoch reads exactly the rank's share of windows, in an order that
-// changes with the epoch and the seed; the same seed gives the same order.
-TEST_F(TokenFile, ShuffledEpochsArePermutationsOfTheRanksShare) {
+// A resume with another world size seeks every rank to the saved position: the windows read
+// are those a run at one world size reads, none skipped or repeated.
+TEST_F(TokenFile, APositionMeansTheSameAtEveryWorldSize) {
+  const int T = 8;
+  write_token_file(path("t.bin"), 1024, iota_tokens(1000, 1024));
+  const Config cfg = file_config("t.bin", T, 1024);  // shuffled
+  const std::vector<int32_t> one_rank = world_reads(cfg, 1, 36, 4, T);
+  std::vector<int32_t> switched = world_reads(cfg, 2, 5, 4, T);          // 40 slots
+  const std::vector<int32_t> rest = world_reads(cfg, 4, 6, 4, T, 40);  // 96 more
+  switched.insert(switched.end(), rest.begin(), rest.end());
+  ASSERT_EQ(switched.size(), 136u);
+  EXPECT_EQ(switched, std::vector<int32_t>(one_rank.begin(), one_rank.begin() + 136));
+}
+
+// With shuffling each epoch reads every window once, in an order that changes with the epoch
+// and the seed and is shared by the ranks; the same seed gives the same order.
+TEST_F(TokenFile, ShuffledEpochsArePermutationsOfTheWindows) {
   const int T = 8, world = 2;
   write_token_file(path("t.bin"), 1024, iota_tokens(1000, 1024));  // token i == i
   Config cfg = file_config("t.bin", T, 1024);
-  const int per_rank = 900 / (T + 1) / world;  // 50 windows
-  auto starts = [&](const Config& c, int rank, int epochs) {
-    const Batch b = next(*make_data_source(c, "train", rank, world), per_rank * epochs, T);
-    std::vector<int32_t> out;
-    for (int i = 0; i < per_rank * epochs; ++i) out.push_back(b.inputs[size_t(i) * T]);
-    return out;
-  };
   Config ordered = cfg;
   ordered.data.shuffle = false;
-  for (int r = 0; r < world; ++r) {
-    const std::vector<int32_t> in_order = starts(ordered, r, 1), two = starts(cfg, r, 2);
-    const std::vector<int32_t> e0(two.begin(), two.begin() + per_rank),
-        e1(two.begin() + per_rank, two.end());
-    EXPECT_NE(e0, in_order) << "rank " << r;
-    EXPECT_NE(e0, e1) << "rank " << r << ": epochs must differ";
-    for (const auto& epoch : {e0, e1}) {
-      std::vector<int32_t> sorted = epoch;
-      std::sort(sorted.begin(), sorted.end());
-      EXPECT_EQ(sorted, in_order) << "rank " << r << ": an epoch is a permutation of its share";
-    }
-    EXPECT_EQ(two, starts(cfg, r, 2)) << "same seed, same order";
+  const std::vector<int32_t> in_order = world_reads(ordered, world, 50, 1, T),
+                             two = world_reads(cfg, world, 100, 1, T);
+  const std::vector<int32_t> e0(two.begin(), two.begin() + 100), e1(two.begin() + 100, two.end());
+  EXPECT_NE(e0, in_order);
+  EXPECT_NE(e0, e1) << "epochs must differ";
+  for (const auto& epoch : {e0, e1}) {
+    std::vector<int32_t> sorted = epoch;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, in_order) << "an epoch is a permutation of the windows";
   }
+  EXPECT_EQ(two, world_reads(cfg, world, 100, 1, T)) << "same seed, same order";
   Config other = cfg;
   other.run.seed += 1;
-  EXPECT_NE(starts(other, 0, 1), starts(cfg, 0, 1));
+  EXPECT_NE(world_reads(other, world, 50, 1, T), e0);
   // The val stream is never shuffled.
   EXPECT_EQ(next(*make_data_source(cfg, "val", 0, world), 3, T),
             next(*make_data_source(ordered, "val", 0, world), 3, T));
