@@ -56,26 +56,32 @@ namespace {
 
 // The lines of steps.jsonl at PATH whose step is at most LAST_STEP; a line that does not
 // parse (the torn end of a run that died while writing) is dropped.
-std::string steps_through(const std::string& path, int last_step) {
+std::vector<std::string> steps_through(const std::string& path, int last_step) {
   std::ifstream in(path);
-  std::string line, kept;
+  std::string line;
+  std::vector<std::string> kept;
   while (std::getline(in, line)) {
     const auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (rec.is_object() && rec.value("step", last_step + 1) <= last_step) kept += line + "\n";
+    if (rec.is_object() && rec.value("step", last_step + 1) <= last_step) kept.push_back(line);
   }
   return kept;
 }
 
 }  // namespace
 
-void RunDir::create(int resumed_step) {
+std::vector<std::string> RunDir::create(int resumed_step) {
   std::error_code ec;
   std::filesystem::create_directories(root_, ec);
   if (ec) throw std::runtime_error("cannot create run directory '" + root_ + "': " + ec.message());
   const std::string steps = path("steps.jsonl");
-  write_file_atomic(steps, resumed_step > 0 ? steps_through(steps, resumed_step) : "");
+  std::vector<std::string> kept;
+  if (resumed_step > 0) kept = steps_through(steps, resumed_step);
+  std::string text;
+  for (const std::string& line : kept) text += line + "\n";
+  write_file_atomic(steps, text);
   steps_.open(steps, std::ios::app);
   if (!steps_) throw std::runtime_error("cannot write '" + steps + "'");
+  return kept;
 }
 
 void RunDir::append_step(const std::string& json_line) {

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace ringstep {
 
@@ -21,8 +22,9 @@ class RunDir {
   explicit RunDir(std::string root) : root_(std::move(root)) {}
   // Creates ROOT (and parents) and opens steps.jsonl for appending. Records of steps after
   // RESUMED_STEP are dropped (written after the checkpoint that is resumed, they will be
-  // written again); 0 = a new run, steps.jsonl starts empty.
-  void create(int resumed_step);
+  // written again); 0 = a new run, steps.jsonl starts empty. Returns the records kept, one
+  // JSON line each.
+  std::vector<std::string> create(int resumed_step);
   const std::string& root() const { return root_; }
   std::string path(const std::string& name) const { return root_ + "/" + name; }
   void append_step(const std::string& json_line);

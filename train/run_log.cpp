@@ -100,6 +100,12 @@ void RunTotals::add(const PhaseTimes& slowest) {
   comm_exposed_ms += slowest.comm_exposed;
 }
 
+void RunTotals::resume(const std::vector<std::string>& records, int step) {
+  for (const std::string& line : records)
+    add(step_record_from_json(nlohmann::json::parse(line), "steps.jsonl").time_ms);
+  steps_run = resumed_step = step;
+}
+
 void print_header(const Config& cfg, const RunFacts& f, const Gpt& model,
                   const LossScaler& scaler) {
   const ModelConfig& mc = cfg.model;
@@ -200,7 +206,7 @@ Speed speed_of(const RunFacts& f, const RunTotals& totals, const RunEnd& end) {
   const std::vector<double> steady(totals.step_ms.begin() + s.warm, totals.step_ms.end());
   // Wall time of the whole loop (evaluations included), the same with the profiler on or
   // off: what the profiler-overhead benchmark compares.
-  s.wall_tok_s = f.tokens_per_step * totals.steps_run / end.loop_s;
+  s.wall_tok_s = f.tokens_per_step * (totals.steps_run - totals.resumed_step) / end.loop_s;
   s.p50 = steady.empty() ? 0.0 : percentile(steady, 0.5);
   s.p90 = percentile(steady, 0.9);
   s.tok_s = steady.empty() ? s.wall_tok_s : f.tokens_per_step / (s.p50 / 1e3);
@@ -216,6 +222,7 @@ ojson summary_json(const Config& cfg, const RunFacts& f, const RunTotals& totals
   ojson sum;
   sum["profile_enabled"] = cfg.profile.enabled;
   sum["steps"] = totals.steps_run;
+  sum["resumed_at_step"] = totals.resumed_step;
   sum["world"] = f.world;
   sum["threads"] = f.threads;
   sum["final_loss"] = end.final_loss;
@@ -251,8 +258,9 @@ ojson summary_json(const Config& cfg, const RunFacts& f, const RunTotals& totals
 
 void print_done(const Config& cfg, const RunFacts& f, const RunTotals& totals,
                 const LossScaler& scaler, const RunEnd& end, const Speed& sp) {
-  std::printf("done: %d steps | final loss %.4f | val loss %.4f", totals.steps_run,
-              double(end.final_loss), end.final_val_loss);
+  std::printf("done: %d steps", totals.steps_run);
+  if (totals.resumed_step > 0) std::printf(" (resumed at step %d)", totals.resumed_step);
+  std::printf(" | final loss %.4f | val loss %.4f", double(end.final_loss), end.final_val_loss);
   if (!std::isnan(f.data.window_floor))
     std::printf(" | floor %.4f (gap %.4f nats)", f.data.window_floor,
                 end.final_val_loss - f.data.window_floor);

@@ -33,12 +33,16 @@ struct RunFacts {
 };
 
 // Sums over the profiled steps, for the summary.
+// What the summary covers: the whole run, the steps before a resume included.
 struct RunTotals {
   std::vector<double> step_ms;  // every profiled step, slowest rank
   double comm_ms = 0, comm_exposed_ms = 0, step_ms_sum = 0;
-  int steps_run = 0;
+  int steps_run = 0;      // steps of the whole run
+  int resumed_step = 0;   // the step this process resumed at; 0 = a fresh start
 
   void add(const PhaseTimes& slowest);
+  // Starts from the records (steps.jsonl lines) of the steps before RESUMED_STEP.
+  void resume(const std::vector<std::string>& records, int resumed_step);
 };
 
 // How the run ended, for the summary.

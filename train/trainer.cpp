@@ -110,7 +110,7 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
   if (f.rank == 0) {
     // Every rank has chosen its checkpoint (check_replicas above waited for all of them).
     if (resumed_from_.empty()) std::filesystem::remove_all(checkpoints_dir(cfg_));
-    run_dir_.create(state_.step);
+    totals_.resume(run_dir_.create(state_.step), state_.step);
     if (!resumed_from_.empty())
       std::printf("resuming from %s (step %d)\n", resumed_from_.c_str(), state_.step);
     write_file_atomic(run_dir_.path("config.yaml"), config_to_yaml(cfg));

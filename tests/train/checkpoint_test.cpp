@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -40,6 +42,11 @@ std::string ErrorOf(const Config& cfg) {
   return "no InputError";
 }
 
+nlohmann::json ReadJson(const fs::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
 int CountLines(const fs::path& path) {
   std::ifstream in(path);
   std::string line;
@@ -54,6 +61,13 @@ void ExpectResumeIsExact(const Config& base, const std::string& name) {
   ringstep::testing::ExpectResumedMatchesStraight(r);
   // steps.jsonl was appended to: steps 1-10 from the first run, 11-20 from the resumed one.
   EXPECT_EQ(CountLines(dir / "split" / "steps.jsonl"), 20);
+  // The summary covers the whole run: what counts steps agrees with the straight run.
+  const nlohmann::json straight = ReadJson(dir / "straight" / "summary.json"),
+                       split = ReadJson(dir / "split" / "summary.json");
+  EXPECT_EQ(split["resumed_at_step"], 10);
+  EXPECT_EQ(straight["resumed_at_step"], 0);
+  for (const char* key : {"steps", "skipped_steps", "optimizer_steps", "warmup_steps_excluded"})
+    EXPECT_EQ(split[key], straight[key]) << key;
 }
 
 TEST(Checkpoint, ResumeIsBitExactFp32) { ExpectResumeIsExact(SmallRun("", 20), "fp32"); }
