@@ -119,6 +119,7 @@ struct TrainConfig {
   int eval_batches = 16;   // micro-batches per evaluation (16 x 8 x 128 tokens: +-0.01 nats)
   int check_replicas_every = 100;  // 0 = never
   OnNan on_nan = OnNan::stop;      // without loss scaling: stop the run, or skip the step
+  std::string init_from;           // weights to start from ("" = random initialisation)
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -326,6 +326,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(train.eval_every), number<int>(at_least(0)), "validation loss every N steps; 0 = only at the end"),
   key(KEY(train.eval_batches), number<int>(at_least(1)), "micro-batches per validation pass"),
   key(KEY(train.check_replicas_every), number<int>(at_least(0)), "check every N steps that all ranks hold identical weights; 0 = never"),
+  key(KEY(train.init_from), path_or_null(), "start from these weights (a checkpoint, a run directory's newest checkpoint or a .safetensors file from `ringstep export`); optimizer state starts afresh; ignored when resuming"),
   key(KEY(train.on_nan), choice<OnNan>(), "an inf/NaN loss or gradient with no loss scaling (fp32, bf16, mode none): stop the run naming the step and rank, or skip the step"),
 
   key(KEY(precision.dtype), choice<DType>(), "activation and matmul-input dtype; master weights stay fp32"),

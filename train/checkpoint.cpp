@@ -295,7 +295,8 @@ void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int wo
     const bool same_world = int(positions.size()) == world;
     if (!same_world && rank == 0)
       std::printf(
-          "resume: %s was saved by a %zu-rank run, resuming on %d ranks: the data continues where the "
+          "resume: %s was saved by a %zu-rank run, resuming on %d ranks: the data continues where "
+          "the "
           "saved run stopped; the steps are equivalent, not bit-identical (docs/formats.md)\n",
           dir.c_str(), positions.size(), world);
     state.data->seek(positions.at(same_world ? rank : 0));

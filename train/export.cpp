@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "models/gpt.h"
 #include "train/run_dir.h"
 
@@ -37,7 +38,67 @@ std::string tensor_bytes(const float* data, const TensorInfo& t, bool transposed
   return out;
 }
 
+// Tensor T's values from bytes in GPT-2's layout (the inverse of tensor_bytes).
+void read_tensor(const char* bytes, const TensorInfo& t, bool transposed, float* out) {
+  if (!transposed) {
+    std::memcpy(out, bytes, t.numel * sizeof(float));
+    return;
+  }
+  const int64_t rows = t.shape[0], cols = t.shape[1];  // [in, out] -> [out, in]
+  const auto* src = reinterpret_cast<const float*>(bytes);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = src[c * rows + r];
+}
+
+// The header of safetensors FILE (named PATH in messages), and where its data starts.
+std::pair<nlohmann::json, size_t> safetensors_header(const std::string& file,
+                                                     const std::string& path) {
+  uint64_t n = 0;
+  for (int i = 0; i < 8 && i < int(file.size()); ++i) n |= uint64_t(uint8_t(file[i])) << (8 * i);
+  if (file.size() < 8 || n > file.size() - 8)
+    throw InputError(path + ": not a safetensors file (its 8-byte header length " +
+                     std::to_string(n) + " exceeds the file's " + std::to_string(file.size()) +
+                     " bytes)");
+  nlohmann::json header =
+      nlohmann::json::parse(file.begin() + 8, file.begin() + 8 + long(n), nullptr, false);
+  if (!header.is_object())
+    throw InputError(path + ": not a safetensors file (its header is not a JSON object)");
+  return {std::move(header), 8 + size_t(n)};
+}
+
 }  // namespace
+
+void import_safetensors(const std::string& path, Gpt& model) {
+  const std::string file = read_regular_file(path, kNoSizeLimit, "train.init_from");
+  const auto [header, data_begin] = safetensors_header(file, path);
+  const size_t data_bytes = file.size() - data_begin;
+  std::vector<float> params(model.params().size());
+  for (const TensorInfo& t : model.registry().tensors()) {
+    const Gpt2Name g = gpt2_name(t.name);
+    std::vector<int64_t> shape = t.shape;
+    if (g.transposed) std::swap(shape[0], shape[1]);
+    const nlohmann::json& entry = header.contains(g.name) ? header[g.name] : nlohmann::json();
+    const std::string where = path + ": tensor " + g.name;
+    if (!entry.is_object()) throw InputError(where + " is missing");
+    const auto dtype = entry.value("dtype", nlohmann::json()),
+               dims = entry.value("shape", nlohmann::json());
+    const auto range = entry.value("data_offsets", nlohmann::json());
+    if (dtype != "F32")
+      throw InputError(where + " has dtype " + dtype.dump() + ", expected \"F32\"");
+    if (dims != nlohmann::json(shape))
+      throw InputError(where + " has shape " + dims.dump() + ", this model's is " +
+                       nlohmann::json(shape).dump() + " (model.* must match the exported model)");
+    const bool ok = range.is_array() && range.size() == 2 && range[0].is_number_unsigned() &&
+                    range[1].is_number_unsigned();
+    const size_t begin = ok ? range[0].get<size_t>() : 0, end = ok ? range[1].get<size_t>() : 0;
+    if (!ok || end < begin || end > data_bytes || end - begin != t.numel * sizeof(float))
+      throw InputError(where + " has data_offsets " + range.dump() + ", which do not hold " +
+                       std::to_string(t.numel) + " floats inside the file's " +
+                       std::to_string(data_bytes) + " data bytes");
+    read_tensor(file.data() + data_begin + begin, t, g.transposed, params.data() + t.offset);
+  }
+  std::memcpy(model.params().data(), params.data(), params.size() * sizeof(float));
+}
 
 Gpt2Name gpt2_name(const std::string& registry_name) {
   if (registry_name == "wte" || registry_name == "wpe") return {registry_name + ".weight", false};

@@ -25,4 +25,11 @@ Gpt2Name gpt2_name(const std::string& registry_name);
 // Throws InputError when PATH cannot be written.
 void export_safetensors(const Gpt& model, const std::string& path);
 
+// Reads the safetensors file at PATH, written by export_safetensors or any writer of the
+// same names and layouts, into MODEL's parameters. Every parameter must be there as F32
+// with GPT-2's shape for MODEL's config; tensors MODEL lacks (attention masks, lm_head)
+// are ignored. Throws InputError naming the file and what is wrong; MODEL is untouched
+// then.
+void import_safetensors(const std::string& path, Gpt& model);
+
 }  // namespace ringstep

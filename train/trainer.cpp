@@ -12,9 +12,11 @@
 #include "core/cpu/gemm16.h"
 #include "core/cpu/peak.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/threads.h"
 #include "optim/clip.h"
 #include "train/checkpoint.h"
+#include "train/export.h"
 #include "train/preempt.h"
 
 namespace ringstep {
@@ -94,10 +96,12 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
                             (act == DType::f32 ? "SGEMM" : cpu::gemm16_kernel(act)) + " x threads";
   model_.init(cfg.run.seed);
   resumed_from_ = find_resume_checkpoint(cfg_, f.rank == 0);
-  if (resumed_from_.empty())
+  if (resumed_from_.empty()) {
     check_run_dir_free(cfg_);
-  else
+    if (!cfg.train.init_from.empty()) init_from(cfg.train.init_from, f.rank == 0);
+  } else {
     load_checkpoint(resumed_from_, cfg_, f.rank, f.world, model_.params(), state_);
+  }
   sync_.setup(model_);
   if (f.world > 1) sync_.check_replicas(model_.params().data(), model_.params().size(), 0);
   f.flops_per_token = model_.model_flops_per_token();
@@ -119,6 +123,23 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
 }
 
 Trainer::~Trainer() = default;
+
+// train.init_from: the weights of a checkpoint, of a run directory's newest checkpoint, or
+// of a safetensors file; the optimizer, the scaler and the data start afresh.
+void Trainer::init_from(const std::string& path, bool lead) {
+  std::string from = path;
+  try {
+    if (input_exists(path, "train.init_from") && std::filesystem::is_regular_file(path)) {
+      import_safetensors(path, model_);
+    } else {
+      from = checkpoint_at(path);
+      load_checkpoint_params(from, cfg_, model_.params());
+    }
+  } catch (const InputError& e) {
+    throw InputError("train.init_from: " + std::string(e.what()));
+  }
+  if (lead) std::printf("initialised the weights from %s\n", from.c_str());
+}
 
 template <class F>
 auto Trainer::timed(double PhaseTimes::*field, const char* name, bool traced, F&& f) {

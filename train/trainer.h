@@ -86,6 +86,7 @@ class Trainer {
     GradSync::Result comm;
     PhaseTimes times;
   };
+  void init_from(const std::string& path, bool lead);
   StepResult step();
   double micro_batch(int micro, bool traced);
   int unscale_and_agree(bool traced, double loss);

@@ -58,8 +58,8 @@ void WriteWalk(const std::string& path) {
 // FROM_WORLD and TO_WORLD are each world().size() or 1 (rank 0 alone).
 void ExpectWorldChangeContinues(int from_world, int to_world, const std::string& name) {
   const int n = world().size();
-  const fs::path dir = fs::temp_directory_path() / ("ringstep_mpiworld_" + name + "_" +
-                                                    std::to_string(n));
+  const fs::path dir =
+      fs::temp_directory_path() / ("ringstep_mpiworld_" + name + "_" + std::to_string(n));
   if (world().rank() == 0) {
     fs::remove_all(dir);
     fs::create_directories(dir);
@@ -79,8 +79,10 @@ void ExpectWorldChangeContinues(int from_world, int to_world, const std::string&
     c.train.steps = steps;
     c.train.micro_batch = cfg.train.micro_batch * n / ranks;  // the same global batch
     TrainOutcome out;
-    if (ranks == n) out = train(c, &world());
-    else if (world().rank() == 0) out = train(c, nullptr);
+    if (ranks == n)
+      out = train(c, &world());
+    else if (world().rank() == 0)
+      out = train(c, nullptr);
     world().barrier();
     return out;
   };

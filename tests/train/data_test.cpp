@@ -365,7 +365,7 @@ TEST_F(TokenFile, APositionMeansTheSameAtEveryWorldSize) {
   write_token_file(path("t.bin"), 1024, iota_tokens(1000, 1024));
   const Config cfg = file_config("t.bin", T, 1024);  // shuffled
   const std::vector<int32_t> one_rank = world_reads(cfg, 1, 36, 4, T);
-  std::vector<int32_t> switched = world_reads(cfg, 2, 5, 4, T);          // 40 slots
+  std::vector<int32_t> switched = world_reads(cfg, 2, 5, 4, T);        // 40 slots
   const std::vector<int32_t> rest = world_reads(cfg, 4, 6, 4, T, 40);  // 96 more
   switched.insert(switched.end(), rest.begin(), rest.end());
   ASSERT_EQ(switched.size(), 136u);

@@ -158,5 +158,98 @@ TEST(Export, PyTorchLossMatchesRingstep) {
   EXPECT_NEAR(torch_loss, sum / batches, 1e-4);
 }
 
+std::string Slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Export then import gives back every parameter bit for bit, whatever the model held before.
+TEST(Import, SafetensorsRoundTripIsBitExact) {
+  const ModelConfig mc{64, 16, 32, 2, 2};
+  const Gpt exported = PerturbedModel(mc);
+  const fs::path path = fs::temp_directory_path() / ("ringstep_import_" + std::to_string(getpid()));
+  export_safetensors(exported, path.string());
+  Gpt model(mc);
+  model.init(3);
+  import_safetensors(path.string(), model);
+  EXPECT_EQ(fnv1a64(model.params().data(), model.params().bytes()),
+            fnv1a64(exported.params().data(), exported.params().bytes()));
+  fs::remove(path);
+}
+
+// A bad file is refused naming what is wrong, and the model keeps its weights.
+TEST(Import, BadFilesAreRefusedAndLeaveTheModelUntouched) {
+  const ModelConfig mc{64, 16, 32, 2, 2};
+  const fs::path dir =
+      fs::temp_directory_path() / ("ringstep_import_bad_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  export_safetensors(PerturbedModel(mc), (dir / "good.safetensors").string());
+  const std::string good = Slurp(dir / "good.safetensors");
+  Gpt model(mc);
+  model.init(3);
+  const uint64_t before = fnv1a64(model.params().data(), model.params().bytes());
+  auto error_of = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir / name, std::ios::binary) << bytes;
+    try {
+      import_safetensors((dir / name).string(), model);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no InputError");
+  };
+  auto expect = [&](const std::string& error, const std::string& part) {
+    EXPECT_NE(error.find(part), std::string::npos) << error;
+  };
+  expect(error_of("cut", good.substr(0, good.size() - 4)), "which do not hold 32 floats inside");
+  expect(error_of("tiny", "abc"), "not a safetensors file");
+  expect(error_of("garbage", std::string(8, '\x7f') + "{}"), "header length");
+  std::string f16 = good;
+  f16.replace(f16.find("\"F32\""), 5, "\"F16\"");
+  expect(error_of("f16", f16), "has dtype \"F16\", expected \"F32\"");
+  Gpt wider(ModelConfig{64, 16, 64, 2, 2});
+  wider.init(1);
+  export_safetensors(wider, (dir / "wider").string());
+  expect(error_of("wider2", Slurp(dir / "wider")), "this model's is [64,32]");
+  std::string renamed = good;
+  renamed.replace(renamed.find("wte.weight"), 10, "wtx.weight");
+  expect(error_of("renamed", renamed), "tensor wte.weight is missing");
+  EXPECT_EQ(fnv1a64(model.params().data(), model.params().bytes()), before);
+  fs::remove_all(dir);
+}
+
+// train.init_from starts a new run from another run's weights (its newest checkpoint, or
+// the same weights exported), with a fresh optimizer: both give the same steps, bit for bit.
+TEST(Import, InitFromCheckpointOrSafetensorsStartsFromThoseWeights) {
+  const fs::path dir = fs::temp_directory_path() / ("ringstep_init_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  Config pre = ringstep::testing::SmallRun((dir / "pre").string(), 6);
+  pre.checkpoint.every = 6;
+  train(pre, nullptr);
+  Gpt model(pre.model);
+  load_checkpoint_params(checkpoint_at((dir / "pre").string()), pre, model.params());
+  export_safetensors(model, (dir / "pre.safetensors").string());
+
+  auto fine_tune = [&](const std::string& name, const std::string& from) {
+    Config cfg = ringstep::testing::SmallRun((dir / name).string(), 3);
+    cfg.train.init_from = from;
+    return train(cfg, nullptr);
+  };
+  const TrainOutcome fresh = fine_tune("fresh", "");
+  const TrainOutcome from_run = fine_tune("a", (dir / "pre").string());
+  const TrainOutcome from_file = fine_tune("b", (dir / "pre.safetensors").string());
+  EXPECT_EQ(from_run.losses, from_file.losses);
+  EXPECT_EQ(from_run.params_fnv1a64, from_file.params_fnv1a64);
+  EXPECT_EQ(from_run.optimizer_steps, 3);  // Adam starts afresh
+  EXPECT_LT(from_run.losses[0], fresh.losses[0] - 0.05)
+      << "the pre-trained weights were not loaded";
+  Config missing = ringstep::testing::SmallRun((dir / "c").string(), 3);
+  missing.train.init_from = (dir / "nowhere").string();
+  EXPECT_THROW(train(missing, nullptr), InputError);
+  EXPECT_FALSE(fs::exists(dir / "c"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ringstep
