@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(cmake g++ make libeigen3-dev libyaml-cpp-dev libopenmpi-dev openmpi-bin
       libgtest-dev nlohmann-json3-dev libcli11-dev libbenchmark-dev libopenblas-dev
-      python3 python3-matplotlib)
+      libxxhash-dev python3 python3-matplotlib)
 if [ "${1:-}" = "--test" ]; then pkgs+=(python3-torch); fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -111,7 +111,7 @@ void write_files(const fs::path& dir, const Config& cfg, const FlatBuffer& param
   for (size_t i = 0; i < std::size(kFiles); ++i) {
     write_synced(dir / kFiles[i], contents[i]);
     files[kFiles[i]] = {{"bytes", contents[i].size()},
-                        {"fnv1a64", hex64(fnv1a64(contents[i].data(), contents[i].size()))}};
+                        {"xxh3_64", hex64(xxh3_64(contents[i].data(), contents[i].size()))}};
   }
   const json manifest = {{"format_version", kCheckpointFormatVersion},
                          {"step", state.step},
@@ -176,7 +176,10 @@ json verify(const fs::path& dir) {
         throw InputError(where + file + " has " + std::to_string(bytes.size()) +
                          " bytes, the manifest says " + std::to_string(expected) +
                          (bytes.size() < expected ? " (truncated)" : ""));
-      if (hex64(fnv1a64(bytes.data(), bytes.size())) != entry.at("fnv1a64").get<std::string>())
+      const bool v1 = version == 1;
+      const uint64_t sum =
+          v1 ? fnv1a64(bytes.data(), bytes.size()) : xxh3_64(bytes.data(), bytes.size());
+      if (hex64(sum) != entry.at(v1 ? "fnv1a64" : "xxh3_64").get<std::string>())
         throw InputError(where + file + " does not match its checksum in manifest.json");
     }
     return manifest;
@@ -233,6 +236,14 @@ std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const T
     throw std::runtime_error("cannot save checkpoint '" + dir.string() +
                              "': " + (error.empty() ? "rank 0 failed" : error));
   return dir.string();
+}
+
+uint64_t checkpoint_bytes(const std::string& dir) {
+  const json manifest = json::parse(read_whole(fs::path(dir) / kManifest));
+  uint64_t total = fs::file_size(fs::path(dir) / kManifest);
+  for (const auto& [name, entry] : manifest.at("files").items())
+    total += entry.at("bytes").get<uint64_t>();
+  return total;
 }
 
 std::string newest_checkpoint(const std::string& checkpoints, bool warn) {

@@ -18,7 +18,8 @@ namespace ringstep {
 class GradSync;
 struct TrainState;
 
-constexpr int kCheckpointFormatVersion = 1;
+// 2: files are checksummed with XXH3-64 ("xxh3_64"); 1 (still read): FNV-1a 64 ("fnv1a64").
+constexpr int kCheckpointFormatVersion = 2;
 
 // RUN_DIR/checkpoints, where checkpoints are saved and resume: auto looks.
 std::string checkpoints_dir(const Config& cfg);
@@ -31,6 +32,9 @@ std::string checkpoints_dir(const Config& cfg);
 // write it). Returns the checkpoint's path.
 std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const TrainState& state,
                             GradSync& sync);
+
+// The bytes of the files of the checkpoint at DIR, as its manifest lists them.
+uint64_t checkpoint_bytes(const std::string& dir);
 
 // The newest checkpoint under CHECKPOINTS (a RUN_DIR/checkpoints directory) that verifies,
 // or "" when none does; each one that does not is skipped, with a warning on stderr when WARN.

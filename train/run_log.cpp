@@ -100,9 +100,17 @@ void RunTotals::add(const PhaseTimes& slowest) {
   comm_exposed_ms += slowest.comm_exposed;
 }
 
+void print_checkpoint_line(const std::string& path, uint64_t bytes, double ms) {
+  std::printf("checkpoint: %s (%.1f MiB in %.1f ms: %.0f MiB/s)\n", path.c_str(), bytes / kMiB, ms,
+              bytes / kMiB / (ms / 1e3));
+}
+
 void RunTotals::resume(const std::vector<std::string>& records, int step) {
-  for (const std::string& line : records)
-    add(step_record_from_json(nlohmann::json::parse(line), "steps.jsonl").time_ms);
+  for (const std::string& line : records) {
+    const StepRecord r = step_record_from_json(nlohmann::json::parse(line), "steps.jsonl");
+    add(r.time_ms);
+    last_loss = float(r.loss);
+  }
   steps_run = resumed_step = step;
 }
 
@@ -251,6 +259,10 @@ ojson summary_json(const Config& cfg, const RunFacts& f, const RunTotals& totals
   sum["overlap"] =
       totals.comm_ms > 0 ? ojson(1.0 - totals.comm_exposed_ms / totals.comm_ms) : ojson(nullptr);
   sum["activations_peak_bytes"] = end.activations_peak_bytes;
+  sum["checkpoints_saved"] = totals.checkpoint_ms.size();
+  sum["checkpoint_bytes"] = totals.checkpoint_bytes;
+  sum["checkpoint_ms_p50"] =
+      totals.checkpoint_ms.empty() ? ojson(nullptr) : ojson(percentile(totals.checkpoint_ms, 0.5));
   sum["loop_wall_s"] = end.loop_s;
   sum["tokens_per_s_wall"] = sp.wall_tok_s;
   return sum;

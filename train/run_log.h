@@ -39,6 +39,9 @@ struct RunTotals {
   double comm_ms = 0, comm_exposed_ms = 0, step_ms_sum = 0;
   int steps_run = 0;      // steps of the whole run
   int resumed_step = 0;   // the step this process resumed at; 0 = a fresh start
+  float last_loss = 0;    // the loss of the last step recorded before the resume
+  std::vector<double> checkpoint_ms;  // each checkpoint this process saved, write to commit
+  uint64_t checkpoint_bytes = 0;      // the files of one checkpoint
 
   void add(const PhaseTimes& slowest);
   // Starts from the records (steps.jsonl lines) of the steps before RESUMED_STEP.
@@ -59,6 +62,8 @@ void print_header(const Config& cfg, const RunFacts& facts, const Gpt& model,
                   const LossScaler& scaler);
 // One console line for record R of a run of STEPS steps (docs/logs.md "The console").
 void print_step_line(const StepRecord& r, int steps, bool show_scale);
+// A checkpoint saved: where, its size and how long it took to commit.
+void print_checkpoint_line(const std::string& path, uint64_t bytes, double ms);
 // With the profiler off: the loss and lr only.
 void print_loss_line(int step, int steps, float loss, double lr, bool applied);
 // Writes RUN_DIR/summary.json and prints the `done:` lines.

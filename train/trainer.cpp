@@ -313,8 +313,12 @@ void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
 
 // Saves a checkpoint of the state after step state_.step (every rank calls it).
 void Trainer::save(TrainOutcome& out) {
+  const auto t0 = SteadyClock::now();
   out.last_checkpoint = save_checkpoint(cfg_, model_.params(), state_, sync_);
-  if (facts_.rank == 0) std::printf("checkpoint: %s\n", out.last_checkpoint.c_str());
+  const double ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count();
+  totals_.checkpoint_ms.push_back(ms);
+  totals_.checkpoint_bytes = checkpoint_bytes(out.last_checkpoint);
+  if (facts_.rank == 0) print_checkpoint_line(out.last_checkpoint, totals_.checkpoint_bytes, ms);
 }
 
 // A signal asked the run to stop: save where it is and return without evaluating.
@@ -360,7 +364,7 @@ TrainOutcome Trainer::run() {
   end.loop_s = std::chrono::duration<double>(SteadyClock::now() - t_loop).count();
   out.final_val_loss = end.final_val_loss = evaluate();
   end.peak_gflops_end = measure_peak(cfg_, model_.options().act_dtype, facts_.threads);
-  end.final_loss = out.losses.empty() ? 0.0f : out.losses.back();
+  end.final_loss = out.losses.empty() ? totals_.last_loss : out.losses.back();
   end.optimizer_steps = out.optimizer_steps = state_.optimizer.step_count();
   end.activations_peak_bytes = arena_.peak_bytes();
   if (facts_.rank == 0) write_summary(cfg_, facts_, totals_, state_.scaler, end);

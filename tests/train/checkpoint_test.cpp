@@ -8,13 +8,16 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "train/checkpoint_run.h"
 #include "train/small_run.h"
@@ -133,6 +136,35 @@ TEST(Checkpoint, TruncatedOrBitFlippedIsNeverLoaded) {
   EXPECT_EQ(resumed.params_fnv1a64, straight.params_fnv1a64);
 }
 
+// A format-1 checkpoint (FNV-1a 64 checksums) still verifies and resumes; a wrong checksum
+// in it is still caught.
+TEST(Checkpoint, FormatVersion1IsStillRead) {
+  const fs::path dir = FreshDir("v1");
+  Config cfg = SmallRun(dir.string(), 4);
+  cfg.checkpoint.every = 4;
+  train(cfg, nullptr);
+  const fs::path step = dir / "checkpoints" / "step-4";
+  nlohmann::json manifest = ReadJson(step / "manifest.json");
+  manifest["format_version"] = 1;
+  for (auto& [name, entry] : manifest["files"].items()) {
+    std::ifstream in(step / name, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(fnv1a64(bytes.data(), bytes.size())));
+    entry.erase("xxh3_64");
+    entry["fnv1a64"] = hex;
+  }
+  std::ofstream(step / "manifest.json") << manifest.dump(2);
+  cfg.train.steps = 5;
+  EXPECT_EQ(train(cfg, nullptr).resumed_step, 4);
+  manifest["files"]["adam_v.bin"]["fnv1a64"] = "0123456789abcdef";
+  std::ofstream(step / "manifest.json") << manifest.dump(2);
+  cfg.checkpoint.resume = step.string();
+  EXPECT_NE(ErrorOf(cfg).find("adam_v.bin does not match its checksum"), std::string::npos)
+      << ErrorOf(cfg);
+}
+
 TEST(Checkpoint, RunDirWithAnEarlierRunIsRefusedUnlessOverwrite) {
   const fs::path dir = FreshDir("refuse");
   Config cfg = SmallRun(dir.string(), 3);
@@ -175,8 +207,8 @@ TEST(Checkpoint, BadResumePathIsInputError) {
   fs::create_directories(dir / "empty");
   cfg.checkpoint.resume = (dir / "empty").string();
   EXPECT_NE(ErrorOf(cfg).find("no manifest.json"), std::string::npos);
-  std::ofstream(dir / "empty" / "manifest.json") << R"({"format_version": 2})";
-  EXPECT_NE(ErrorOf(cfg).find("format version 2, this build reads version 1"), std::string::npos)
+  std::ofstream(dir / "empty" / "manifest.json") << R"({"format_version": 3})";
+  EXPECT_NE(ErrorOf(cfg).find("format version 3, this build reads version 2"), std::string::npos)
       << ErrorOf(cfg);
   std::ofstream(dir / "empty" / "manifest.json") << "{not json";
   EXPECT_NE(ErrorOf(cfg).find("manifest.json is not a checkpoint manifest"), std::string::npos);
