@@ -1,5 +1,6 @@
 #include "train/run_dir.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,10 +33,14 @@ void check_creatable(const std::string& path) {
   if (!fs::is_directory(existing)) {
     throw InputError(what + " cannot be created: '" + existing.string() + "' is not a directory");
   }
-  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
-    throw InputError(what + " cannot be created: '" + existing.string() +
-                     "' is not writable: " + std::strerror(errno));
+  // A real attempt, not access(): root passes access() on read-only and special file
+  // systems (/proc) where nothing can be created.
+  const fs::path probe = existing / (".ringstep-probe-" + std::to_string(::getpid()));
+  if (::mkdir(probe.c_str(), 0700) != 0) {
+    throw InputError(what + " cannot be created: nothing can be created in '" +
+                     existing.string() + "': " + std::strerror(errno));
   }
+  ::rmdir(probe.c_str());
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {

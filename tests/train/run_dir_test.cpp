@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <string>
 
@@ -36,6 +37,13 @@ TEST(RunDir, CheckCreatableRefusesWhatMkdirWouldFailOn) {
   EXPECT_EQ(error_of(dir), "");                     // exists: reused
   EXPECT_EQ(error_of(dir / "new" / "deeper"), "");  // created with its parents
   EXPECT_EQ(error_of("relative_run"), "");
+  // /proc exists and passes access(W_OK) for root, but nothing can be created there.
+  if (fs::is_directory("/proc/self"))
+    EXPECT_NE(error_of("/proc/ringstep_run").find("nothing can be created in '/proc'"),
+              std::string::npos)
+        << error_of("/proc/ringstep_run");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1)
+      << "only 'file': no probe left behind";
   fs::remove_all(dir);
 }
 
