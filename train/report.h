@@ -83,7 +83,7 @@ struct Finding {
 struct CommFacts {
   int buckets = 0;            // gradient buckets of the config's model at comm.bucket_mb
   double grad_mib = 0;        // gradient buffer
-  double exposed_ms = 0;      // median comm_exposed
+  double exposed_ms = 0;      // median over steps of the least comm_exposed of any rank
   double busbw_gbs = 0;       // median achieved bus bandwidth (docs/metrics.md)
   double link_gbs = 0;        // comm.link.bandwidth_gbps / 8; 0 = not emulated
   std::vector<int> straggler_count;  // per rank: steady steps that named it a straggler

@@ -134,14 +134,12 @@ double bucket_mb_for(const ModelConfig& m, double grad_mib, int want) {
 
 void Rules::communication() {
   const CommFacts& c = r.comm;
-  // Ranks waiting for a straggler show it as exposed comm: count only the rest.
-  const double wait_ms = straggler() >= 0 ? std::max(0.0, c.busy_ms_max - c.busy_ms_median) : 0;
-  const double wait_pct = r.step_ms_p50 > 0 ? 100 * wait_ms / r.step_ms_p50 : 0;
-  const double exposed = std::max(0.0, r.pct.comm_exposed - wait_pct);
+  // Waiting for a slower rank also shows as exposed comm: judge the rank that waited least.
+  const double exposed = r.step_ms_p50 > 0 ? 100 * c.exposed_ms / r.step_ms_p50 : 0;
   const double overlap = std::isfinite(r.overlap) ? r.overlap : 0;
   const std::string seen =
-      fmt("exposed communication %.1f%% of step (%.1f ms at p50), comm in flight %.1f%%, overlap "
-          "%.1f%%",
+      fmt("exposed communication %.1f%% of step (%.1f ms, the least of any rank, median over "
+          "steps), comm in flight %.1f%%, overlap %.1f%%",
           exposed, c.exposed_ms, r.pct.comm, 100 * overlap);
   if (exposed < kCommCausePct) return;
   if (cfg && !cfg->comm.overlap) {
@@ -287,9 +285,9 @@ void Rules::slow_op() {
   fire("slow_op",
        std::string(name(o.phase)) + " " + name(o.op) +
            fmt(" takes %.1f%% of the ops' time (%.2f ms per step) at %.1f%% of its roofline "
-               "bound (%.3f ms): %.1f GFLOP/s",
+               "bound (%.3f ms)",
                o.share_pct, o.ms, 100 * o.bound_frac, o.bound_ms) +
-           fmt(", %.1f GB/s, %s-bound", o.gflops, o.gbs) + o.bound,
+           fmt(": %.1f GFLOP/s, %.2f GB/s, ", o.gflops, o.gbs) + o.bound + "-bound",
        advice, sets);
 }
 
