@@ -317,6 +317,15 @@ std::string report_json(const ReportData& r) {
                    {"bound_ms", positive(o.bound_ms)},
                    {"bound_frac", o.bound_ms > 0 ? ojson(o.bound_frac) : ojson(nullptr)}});
   j["measured_roofline"] = {{"op_steps", r.op_steps}, {"ops", ops}};
+  const CommFacts& c = r.comm;
+  j["comm"] = {{"buckets", r.has_config ? ojson(c.buckets) : ojson(nullptr)},
+               {"grad_mib", positive(c.grad_mib)},
+               {"exposed_ms", c.exposed_ms},
+               {"busbw_gbs", positive(c.busbw_gbs)},
+               {"link_gbs", positive(c.link_gbs)},
+               {"straggler_count", c.straggler_count},
+               {"busy_ms_max", positive(c.busy_ms_max)},
+               {"busy_ms_median", positive(c.busy_ms_median)}};
   ojson diag = ojson::array();
   for (const Finding& f : r.findings)
     diag.push_back(
