@@ -181,7 +181,7 @@ Trainer::StepResult Trainer::step() {
     auto ops = op_scope(OpPhase::optimizer, traced);
     const int64_t t0 = model_.op_clock().begin();
     s.grad_norm = apply_update(s.lr, traced);
-    model_.op_clock().end(Op::optimizer, t0, update_cost(model_.params().size()));
+    model_.op_clock().end(Op::optimizer, t0, update_cost(model_.param_count()));
   }
   if (facts_.rank == facts_.world - 1) inject_delay(cfg_.profile.inject_delay_ms);
   if (traced && number == w[1])
