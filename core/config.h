@@ -81,6 +81,7 @@ struct RunConfig {
   Device device = Device::cpu;
   int threads = 0;         // 0 = auto (cores / ranks on this node); YAML "auto" or int >= 1
   bool overwrite = false;  // start afresh in an out_dir that holds an earlier run
+  double memory_limit_mb = 0;  // 0 = physical RAM / ranks on the node (report's memory rule)
 
   bool operator==(const RunConfig&) const = default;
 };
@@ -195,6 +196,11 @@ struct ProfileConfig {
   int log_every = 10;
   std::vector<int> trace_steps = {5, 7};  // [first, last] inclusive, or [] for none
   double peak_gflops = 0.0;               // 0 = auto (measured at start); YAML "auto" or > 0
+  int op_every = 50;  // time each op on every N-th step and the traced ones; 0 = never
+  // Test-only faults for the diagnosis gallery (configs/sick/): a sleep in every step on
+  // the last rank (a straggler), and in every micro-batch's data phase (a slow pipeline).
+  double inject_delay_ms = 0.0;
+  double inject_data_delay_ms = 0.0;
 
   bool operator==(const ProfileConfig&) const = default;
 };

@@ -301,6 +301,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(run.device), choice<Device>({Device::cuda}), "where the model runs"),
   key(KEY(run.threads), number<int>(at_least(1), kAuto), "CPU threads per rank; auto = cores / ranks on this node"),
   key(KEY(run.overwrite), boolean(), "start afresh in an out_dir holding an earlier run's steps.jsonl or checkpoints (deletes them); false = refuse unless resuming"),
+  key(KEY(run.memory_limit_mb), number<double>(at_least(0)), "memory one rank may use, in MiB, that `ringstep report` judges the activation peak against (an accelerator's memory, a cgroup limit); 0 = physical RAM / ranks on the node"),
 
   key(KEY(model.vocab_size), number<int>(in('[', 2, 65536, ']')), "vocabulary size (tokens are uint16 on disk)"),
   key(KEY(model.seq_len), number<int>(at_least(1)), "context length T in tokens"),
@@ -359,6 +360,9 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(profile.log_every), number<int>(at_least(1)), "print a console line every N steps (steps.jsonl keeps every step)"),
   key(KEY(profile.trace_steps), step_window(), "Chrome trace of steps first..last (inclusive); [] = none"),
   key(KEY(profile.peak_gflops), number<double>(above(0), kAuto), "peak GFLOP/s per rank for MFU; auto = measured at start"),
+  key(KEY(profile.op_every), number<int>(at_least(0)), "time every op of forward, backward and the optimizer on each N-th step and on the traced steps (steps.jsonl `ops`, the report's measured roofline); 0 = never"),
+  key(KEY(profile.inject_delay_ms), number<double>(at_least(0)), "test only: sleep this long in every step on the last rank, a straggler for the diagnosis gallery (docs/diagnosis.md); 0 = off"),
+  key(KEY(profile.inject_data_delay_ms), number<double>(at_least(0)), "test only: sleep this long in every micro-batch's data phase, a slow input pipeline for the diagnosis gallery; 0 = off"),
 
   key(KEY(checkpoint.every), number<int>(at_least(0)), "save every N steps and at the end; 0 = never"),
   key(KEY(checkpoint.keep), number<int>(at_least(1)), "checkpoints kept (oldest deleted first)"),

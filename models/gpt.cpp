@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/profiler.h"
 #include "core/rng.h"
+#include "core/timed_backend.h"
 
 namespace ringstep {
 
@@ -45,6 +46,15 @@ Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt, Device device)
   lnf_b_ = reg_.add("lnf.bias", {C}, false);
   params_ = FlatBuffer(reg_.total_numel());
   grads_ = FlatBuffer(reg_.total_numel());
+  // Each matrix product is timed under the name of its weight.
+  std::vector<std::pair<size_t, Op>> weight_ops = {{reg_.at(wte_).offset, Op::lm_head}};
+  for (const Layer& L : layers_)
+    for (auto [w, op] : {std::pair{L.qkv_w, Op::qkv},
+                         {L.proj_w, Op::attn_proj},
+                         {L.fc_w, Op::mlp_fc},
+                         {L.fcp_w, Op::mlp_proj}})
+      weight_ops.push_back({reg_.at(w).offset, op});
+  backend_ = std::make_unique<TimedBackend>(std::move(backend_), op_clock_, std::move(weight_ops));
 }
 
 void Gpt::init(uint64_t seed) {

@@ -29,6 +29,7 @@
 #include "core/config.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/op_profile.h"
 #include "core/registry.h"
 
 namespace ringstep {
@@ -83,6 +84,9 @@ class Gpt {
   // backend's scratch included, and no compute. Parameters and gradients are untouched.
   // std::logic_error between forward() and backward().
   size_t count_arena_bytes(int B, int T);
+  // The clock of the backend's ops (core/timed_backend.h): start it to time each op of a
+  // forward or backward into an OpProfile.
+  OpClock& op_clock() { return op_clock_; }
   // Milliseconds the last backward() spent recomputing activations (0 with policy none).
   double last_recompute_ms() const { return recompute_ms_; }
   // Forward FLOPs per token that backward repeats under the recompute policy (for HFU).
@@ -164,7 +168,8 @@ class Gpt {
   GptOptions opt_;
   Registry reg_;
   FlatBuffer params_, grads_;
-  std::unique_ptr<Backend> backend_;
+  OpClock op_clock_;
+  std::unique_ptr<Backend> backend_;  // a TimedBackend on op_clock_
   bool weights_stale_ = true;  // params_ changed since the last Backend::set_weights
   size_t wte_, wpe_, lnf_w_, lnf_b_;
   std::vector<Layer> layers_;

@@ -11,6 +11,7 @@
 #include "core/files.h"
 #include "core/profiler.h"
 #include "core/stats.h"
+#include "models/gpt.h"
 #include "train/step_record.h"
 
 namespace ringstep {
@@ -19,16 +20,6 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// The diagnosis thresholds (docs/logs.md "Diagnosis").
-constexpr double kExposedCommPct = 30;   // comm_exposed, % of step
-constexpr double kActivationFrac = 0.8;  // activation peak / memory limit
-constexpr double kSpreadRatio = 1.2;     // p90 / p50
-constexpr double kLowMfu = 0.4;
-constexpr double kComputePct = 70;      // forward + backward + optimizer, % of step
-constexpr double kStragglerFrac = 0.5;  // share of steps one rank is the slowest
-constexpr double kDataPct = 5;
-constexpr double kSkippedPct = 1;
 
 constexpr size_t kMaxSummaryBytes = size_t{16} << 20;  // a summary is a few KiB
 
@@ -169,6 +160,35 @@ void compute_ranks(const std::vector<StepRecord>& steady, ReportData& r) {
   r.max_over_median = ratio.empty() ? 1 : percentile(ratio, 0.5);
 }
 
+// What the communication rules reason from: medians over the steady steps, the bucket count
+// of the config, the emulated link and how often each rank was named a straggler.
+void compute_comm(const std::vector<StepRecord>& steady, ReportData& r) {
+  CommFacts& c = r.comm;
+  // The rank that waited least waited only for the network; the others' extra wait is for a
+  // slower rank (the straggler rule's business). Records without per-rank phases: the
+  // slowest rank's.
+  size_t exposed = 0;
+  while (kPhaseFields[exposed].ms != &PhaseTimes::comm_exposed) ++exposed;
+  c.exposed_ms = percentile(collect(steady,
+                                    [&](const StepRecord& s) {
+                                      const Spread& e = s.ranks.phase_ms[exposed];
+                                      return e.max > 0 ? e.min : s.time_ms.comm_exposed;
+                                    }),
+                            0.5);
+  // percentile() of no values is 0: unknown.
+  c.busbw_gbs = percentile(collect(steady, [](const StepRecord& s) { return s.comm_busbw_gbs > 0 ? s.comm_busbw_gbs : kNaN; }), 0.5);
+  c.busy_ms_max = percentile(collect(steady, [](const StepRecord& s) { return s.ranks.world > 1 ? s.ranks.busy_ms_max : kNaN; }), 0.5);
+  c.busy_ms_median = percentile(collect(steady, [](const StepRecord& s) { return s.ranks.world > 1 ? s.ranks.busy_ms_median : kNaN; }), 0.5);
+  c.straggler_count.assign(size_t(r.world), 0);
+  for (const StepRecord& s : steady)
+    if (s.ranks.straggler >= 0 && s.ranks.straggler < r.world) ++c.straggler_count[size_t(s.ranks.straggler)];
+  if (!r.has_config) return;
+  const Config& cfg = r.config;
+  c.buckets = gradient_buckets(cfg.model, cfg.comm.bucket_mb);
+  c.grad_mib = 4 * gpt_param_estimate(cfg.model) / 1048576.0;
+  c.link_gbs = cfg.comm.link.bandwidth_gbps / 8;
+}
+
 void compute_loss_and_memory(const std::vector<StepRecord>& recs, const json& summary,
                              ReportData& r) {
   r.final_loss = json_number_or(summary, "final_loss", recs.back().loss);
@@ -190,92 +210,6 @@ void compute_loss_and_memory(const std::vector<StepRecord>& recs, const json& su
     r.activations_peak_bytes = std::max(r.activations_peak_bytes, s.mem_bytes.activations_peak);
   r.activations_peak_bytes = std::max(
       r.activations_peak_bytes, uint64_t(json_number_or(summary, "activations_peak_bytes", 0)));
-}
-
-std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, f, a, b, c, d);
-  return buf;
-}
-
-std::string mib(double bytes) { return fmt("%.1f MiB", bytes / 1048576.0); }
-
-void run_rules(ReportData& r) {
-  const Config* cfg = r.has_config ? &r.config : nullptr;
-  auto fire = [&](const char* id, std::string evidence, std::string advice) {
-    r.findings.push_back({id, std::move(evidence), std::move(advice)});
-  };
-  if (r.pct.comm_exposed > kExposedCommPct) {
-    std::string advice = "try a larger `comm.bucket_mb`";
-    if (cfg) advice += fmt(" (now %g)", cfg->comm.bucket_mb);
-    advice += ", `comm.overlap: true`";
-    if (cfg) advice += cfg->comm.overlap ? " (already on)" : " (now off)";
-    advice += "; 1-bit compressed momentum (`optimizer.name: onebit_adam`) is not built yet";
-    fire("comm_exposed",
-         fmt("exposed communication %.1f%% of step > %.0f%% (comm in flight %.1f%%, overlap "
-             "%.1f%%)",
-             r.pct.comm_exposed, kExposedCommPct, r.pct.comm,
-             std::isfinite(r.overlap) ? 100 * r.overlap : 0),
-         advice);
-  }
-  if (r.memory_limit_bytes > 0 &&
-      double(r.activations_peak_bytes) > kActivationFrac * r.memory_limit_bytes) {
-    std::string advice = "turn on `recompute.policy: full` or `selective`";
-    if (cfg) advice += " (now " + std::string(name(cfg->recompute.policy)) + ")";
-    advice += ", or a smaller `train.micro_batch` with more `train.grad_accum_steps`";
-    if (cfg && cfg->train.micro_batch % 2 == 0)
-      advice += fmt(" (%g x %g in place of %g x %g: same global batch)",
-                    cfg->train.micro_batch / 2.0, cfg->train.grad_accum_steps * 2.0,
-                    cfg->train.micro_batch, cfg->train.grad_accum_steps);
-    fire("activation_memory",
-         "activation peak " + mib(double(r.activations_peak_bytes)) + " = " +
-             fmt("%.1f%%", 100 * double(r.activations_peak_bytes) / r.memory_limit_bytes) + " of " +
-             mib(r.memory_limit_bytes) +
-             fmt(" (physical RAM / world %g) > %.0f%%", r.world, 100 * kActivationFrac),
-         advice);
-  }
-  if (r.step_ms_p50 > 0 && r.step_ms_p90 / r.step_ms_p50 > kSpreadRatio)
-    fire("step_spread",
-         fmt("p90/p50 = %.2f (p50 %.1f ms, p90 %.1f ms) > %.1f", r.step_ms_p90 / r.step_ms_p50,
-             r.step_ms_p50, r.step_ms_p90, kSpreadRatio),
-         "step times vary: look for stragglers (the ranks line), noisy neighbours on the same "
-         "cores (ranks x threads > cores?), or inputs that change shape");
-  if (r.peak_gflops > 0 && r.mfu < kLowMfu && r.pct.compute > kComputePct)
-    fire("kernels",
-         fmt("MFU %.1f%% < %.0f%% while compute (forward + backward + optimizer) is %.1f%% of "
-             "step > %.0f%%",
-             100 * r.mfu, 100 * kLowMfu, r.pct.compute, kComputePct),
-         "the time goes to the kernels: check the BLAS in use and its threads, `run.threads`, "
-         "a -march=native build; the roofline below shows the bandwidth-bound products");
-  if (r.slowest_rank >= 0 && r.slowest_frac > kStragglerFrac &&
-      r.max_over_median > kStragglerRatio) {
-    const int n = r.slowest_count[size_t(r.slowest_rank)];
-    fire("straggler",
-         fmt("rank %g was the slowest in %g of %g steady steps (%.1f%%)", r.slowest_rank, n,
-             r.steady_steps, 100 * r.slowest_frac) +
-             fmt(" > %.0f%%, median step max/median %.3f > %.2f", 100 * kStragglerFrac,
-                 r.max_over_median, kStragglerRatio),
-         fmt("rank %g is a straggler: check its host (load, CPU frequency, thread count, "
-             "binding) and its link; every other rank waits for it",
-             r.slowest_rank));
-  }
-  if (r.pct.data > kDataPct)
-    fire("input_pipeline", fmt("data %.1f%% of step > %.0f%%", r.pct.data, kDataPct),
-         "the input pipeline is on the critical path: tokenize ahead (`ringstep prepare`), "
-         "read from a local disk, or prefetch the next batch");
-  if (r.skipped_pct > kSkippedPct) {
-    std::string advice =
-        "the loss scale overflows too often: a lower "
-        "`precision.loss_scale.initial`, a longer `growth_interval`";
-    if (cfg)
-      advice += fmt(" (now %g and %g)", cfg->precision.loss_scale.initial,
-                    cfg->precision.loss_scale.growth_interval);
-    advice += ", or bf16 (no loss scaling needed)";
-    fire("loss_scale",
-         fmt("%g of %g steps skipped (%.1f%%) > %.0f%%", r.skipped_steps, r.steps, r.skipped_pct,
-             kSkippedPct),
-         advice);
-  }
 }
 
 }  // namespace
@@ -351,6 +285,10 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
   compute_loss_and_memory(recs, summary, r);
 
   if (machine.ram_bytes > 0) r.memory_limit_bytes = machine.ram_bytes / r.world;
+  if (r.has_config && r.config.run.memory_limit_mb > 0)
+    r.memory_limit_bytes = r.memory_limit_bytes > 0
+                               ? std::min(r.memory_limit_bytes, r.config.run.memory_limit_mb * 1048576.0)
+                               : r.config.run.memory_limit_mb * 1048576.0;
   if (machine.mem_bandwidth_gbs > 0 && r.peak_gflops > 0)
     r.machine_balance = r.peak_gflops / machine.mem_bandwidth_gbs;
   if (r.has_config) {
@@ -359,6 +297,12 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
                           machine.mem_bandwidth_gbs);
     r.activations_estimate_bytes = activation_estimate_bytes(r.config);
   }
+  compute_comm(steady, r);
+  measured_roofline(std::any_of(steady.begin(), steady.end(),
+                                [](const StepRecord& s) { return !s.ops.empty(); })
+                        ? steady
+                        : recs,
+                    r.peak_gflops, machine.mem_bandwidth_gbs, r);
   run_rules(r);
   return r;
 }

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/op_profile.h"
+#include "train/step_record.h"
 
 namespace ringstep {
 
@@ -52,11 +54,40 @@ struct RooflineRow {
   std::string bound;             // "compute" | "bandwidth" | "unknown"
 };
 
-// A fired diagnosis rule: its id (docs/logs.md), the numbers that fired it, what to try.
+// One op of the measured roofline: its mean per op-timed step (rank 0's ops), what that
+// achieves, and how close it comes to the time its bound allows (docs/metrics.md).
+struct OpRow {
+  OpPhase phase = OpPhase::forward;
+  Op op = Op::qkv;
+  double calls = 0, ms = 0, flops = 0, bytes = 0;  // per op-timed step
+  double share_pct = 0;                            // of all the ops' time
+  double gflops = 0, gbs = 0;                      // achieved GFLOP/s and GB/s
+  double intensity = 0;                            // FLOP/byte; 0 for an op without FLOPs
+  // max(FLOPs / peak, bytes / bandwidth): the fastest the roofline allows; 0 when the peak
+  // or the bandwidth is unknown. bound_frac = bound_ms / ms.
+  double bound_ms = 0, bound_frac = 0;
+  std::string bound;  // "compute" | "bandwidth" | "unknown"
+};
+
+// A fired diagnosis rule: its id (docs/logs.md), the numbers that fired it, what to try,
+// and the config changes to try first as `--set` arguments ("key=value"; may be empty when
+// no setting addresses the cause).
 struct Finding {
   std::string id;
   std::string evidence;
   std::string advice;
+  std::vector<std::string> sets;
+};
+
+// Communication numbers the rules reason from (steady steps; 0 or NaN = unknown).
+struct CommFacts {
+  int buckets = 0;            // gradient buckets of the config's model at comm.bucket_mb
+  double grad_mib = 0;        // gradient buffer
+  double exposed_ms = 0;      // median over steps of the least comm_exposed of any rank
+  double busbw_gbs = 0;       // median achieved bus bandwidth (docs/metrics.md)
+  double link_gbs = 0;        // comm.link.bandwidth_gbps / 8; 0 = not emulated
+  std::vector<int> straggler_count;  // per rank: steady steps that named it a straggler
+  double busy_ms_max = 0, busy_ms_median = 0;  // medians over the steady steps
 };
 
 struct ReportData {
@@ -107,6 +138,9 @@ struct ReportData {
   double machine_balance = 0;  // peak GFLOP/s / bandwidth GB/s, FLOP/byte; 0 = unknown
   int64_t roofline_rows = 0;   // N = micro_batch x seq_len
   std::vector<RooflineRow> roofline;
+  int op_steps = 0;          // records with ops the measured roofline averages
+  std::vector<OpRow> ops;    // the measured roofline, longest first
+  CommFacts comm;
 
   std::vector<Finding> findings;
   std::vector<std::string> fired() const;  // the findings' ids, in rule order
@@ -121,6 +155,15 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine = {});
 // against PEAK_GFLOPS and BANDWIDTH_GBS (0 = unknown).
 std::vector<RooflineRow> roofline(const ModelConfig& model, int micro_batch, double peak_gflops,
                                   double bandwidth_gbs);
+
+// The measured roofline of the records' ops (steady ones with ops, else any), against
+// PEAK_GFLOPS and BANDWIDTH_GBS (0 = unknown); sets r.ops and r.op_steps.
+void measured_roofline(const std::vector<StepRecord>& recs, double peak_gflops,
+                       double bandwidth_gbs, ReportData& r);
+// Gradient buckets GradSync makes for MODEL at BUCKET_MB (train/grad_sync.h, make_buckets).
+int gradient_buckets(const ModelConfig& model, double bucket_mb);
+// Fires the diagnosis rules on R's numbers (train/report_rules.cpp; docs/logs.md).
+void run_rules(ReportData& r);
 
 std::string report_text(const ReportData& r);
 std::string report_json(const ReportData& r);  // one object, pretty-printed

@@ -169,6 +169,42 @@ void print_roofline(const ReportData& r, Text& t) {
   }
 }
 
+// The measured roofline: each op's time per op-timed step, longest first, what it achieved
+// and the fraction of the time its bound allows; then the ops furthest below their bound.
+void print_measured_roofline(const ReportData& r, Text& t) {
+  if (r.ops.empty()) {
+    t.line("measured     no op timings in the records (profile.op_every, or an older run)");
+    return;
+  }
+  t.line("measured     roofline per op: rank 0, mean of %s (profile.op_every); bound = "
+         "max(FLOPs / peak, bytes / bandwidth)",
+         plural(r.op_steps, "op-timed step").c_str());
+  t.line("  %-9s %-13s %6s %9s %6s %9s %7s %9s  %-9s %7s", "phase", "op", "calls", "ms/step",
+         "% ops", "GFLOP/s", "GB/s", "FLOP/byte", "bound", "% bound");
+  for (const OpRow& o : r.ops) {
+    char frac[16] = "?";
+    if (o.bound_ms > 0) std::snprintf(frac, sizeof frac, "%.1f", 100 * o.bound_frac);
+    t.line("  %-9s %-13s %6.0f %9.3f %6.1f %9.1f %7.2f %9.2f  %-9s %7s", name(o.phase),
+           name(o.op), o.calls, o.ms, o.share_pct, o.gflops, o.gbs, o.intensity, o.bound.c_str(),
+           frac);
+  }
+  // The seed's "where to optimise first": ops worth >= 2% of the time, least efficient first.
+  std::vector<const OpRow*> worst;
+  for (const OpRow& o : r.ops)
+    if (o.bound_ms > 0 && o.share_pct >= 2) worst.push_back(&o);
+  std::sort(worst.begin(), worst.end(),
+            [](const OpRow* a, const OpRow* b) { return a->bound_frac < b->bound_frac; });
+  std::string names;
+  for (size_t i = 0; i < std::min<size_t>(3, worst.size()); ++i) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %s (%.1f%% of bound, %.1f%% of the time)",
+                  i ? "; " : "", name(worst[i]->phase), name(worst[i]->op),
+                  100 * worst[i]->bound_frac, worst[i]->share_pct);
+    names += buf;
+  }
+  if (!names.empty()) t.line("  furthest below their bound: %s", names.c_str());
+}
+
 void print_diagnosis(const ReportData& r, Text& t) {
   t.line("diagnosis");
   if (r.findings.empty()) {
@@ -178,6 +214,9 @@ void print_diagnosis(const ReportData& r, Text& t) {
   for (const Finding& f : r.findings) {
     t.line("  [%s] %s", f.id.c_str(), f.evidence.c_str());
     t.line("      -> %s", f.advice.c_str());
+    std::string sets;
+    for (const std::string& kv : f.sets) sets += " --set " + kv;
+    if (!sets.empty()) t.line("      try:%s", sets.c_str());
   }
 }
 
@@ -195,6 +234,7 @@ std::string report_text(const ReportData& r) {
   print_time(r, t);
   print_loss_memory_ranks(r, t);
   print_roofline(r, t);
+  print_measured_roofline(r, t);
   print_diagnosis(r, t);
   return t.str();
 }
@@ -261,9 +301,35 @@ std::string report_json(const ReportData& r) {
                         {"bound", row.bound}});
   j["roofline"] = {{"rows", r.has_config ? ojson(r.roofline_rows) : ojson(nullptr)},
                    {"products", products}};
+  ojson ops = ojson::array();
+  for (const OpRow& o : r.ops)
+    ops.push_back({{"phase", name(o.phase)},
+                   {"op", name(o.op)},
+                   {"calls", o.calls},
+                   {"ms", o.ms},
+                   {"share_pct", o.share_pct},
+                   {"flops", o.flops},
+                   {"bytes", o.bytes},
+                   {"gflops", o.gflops},
+                   {"gbs", o.gbs},
+                   {"intensity", o.intensity},
+                   {"bound", o.bound},
+                   {"bound_ms", positive(o.bound_ms)},
+                   {"bound_frac", o.bound_ms > 0 ? ojson(o.bound_frac) : ojson(nullptr)}});
+  j["measured_roofline"] = {{"op_steps", r.op_steps}, {"ops", ops}};
+  const CommFacts& c = r.comm;
+  j["comm"] = {{"buckets", r.has_config ? ojson(c.buckets) : ojson(nullptr)},
+               {"grad_mib", positive(c.grad_mib)},
+               {"exposed_ms", c.exposed_ms},
+               {"busbw_gbs", positive(c.busbw_gbs)},
+               {"link_gbs", positive(c.link_gbs)},
+               {"straggler_count", c.straggler_count},
+               {"busy_ms_max", positive(c.busy_ms_max)},
+               {"busy_ms_median", positive(c.busy_ms_median)}};
   ojson diag = ojson::array();
   for (const Finding& f : r.findings)
-    diag.push_back({{"id", f.id}, {"evidence", f.evidence}, {"advice", f.advice}});
+    diag.push_back(
+        {{"id", f.id}, {"evidence", f.evidence}, {"advice", f.advice}, {"try", f.sets}});
   j["diagnosis"] = diag;
   j["healthy"] = r.findings.empty();
   j["warnings"] = r.warnings;

@@ -1,6 +1,7 @@
 // The roofline half of the report (Williams, Waterman & Patterson 2009): each forward matrix
-// product's arithmetic intensity against the machine balance, and the two machine numbers
-// that balance needs that the run did not record: memory bandwidth and RAM.
+// product's arithmetic intensity against the machine balance, each measured op against the
+// time its bound allows, and the two machine numbers that balance needs that the run did
+// not record: memory bandwidth and RAM.
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -48,6 +49,53 @@ std::vector<RooflineRow> roofline(const ModelConfig& model, int micro_batch, dou
     rows.push_back(r);
   }
   return rows;
+}
+
+void measured_roofline(const std::vector<StepRecord>& recs, double peak_gflops,
+                       double bandwidth_gbs, ReportData& r) {
+  OpProfile sum;
+  r.op_steps = 0;
+  for (const StepRecord& s : recs) {
+    if (s.ops.empty()) continue;
+    ++r.op_steps;
+    for (size_t p = 0; p < kOpPhaseCount; ++p)
+      for (size_t o = 0; o < kOpCount; ++o) {
+        OpStat& t = sum.stat[p][o];
+        const OpStat& x = s.ops.stat[p][o];
+        t.calls += x.calls, t.ms += x.ms, t.flops += x.flops, t.bytes += x.bytes;
+      }
+  }
+  r.ops.clear();
+  if (r.op_steps == 0) return;
+  double total_ms = 0;
+  for (const auto& phase : sum.stat)
+    for (const OpStat& x : phase) total_ms += x.ms;
+  const bool known = peak_gflops > 0 && bandwidth_gbs > 0;
+  for (const auto& [phase, phase_name] : enum_names(OpPhase{}))
+    for (const auto& [op, op_name] : enum_names(Op{})) {
+      const OpStat& x = sum.at(phase, op);
+      if (x.calls == 0) continue;
+      OpRow row;
+      row.phase = phase, row.op = op;
+      const double n = r.op_steps;
+      row.calls = double(x.calls) / n, row.ms = x.ms / n, row.flops = x.flops / n;
+      row.bytes = x.bytes / n;
+      row.share_pct = total_ms > 0 ? 100 * x.ms / total_ms : 0;
+      row.gflops = row.ms > 0 ? row.flops / (row.ms * 1e6) : 0;
+      row.gbs = row.ms > 0 ? row.bytes / (row.ms * 1e6) : 0;
+      row.intensity = row.bytes > 0 ? row.flops / row.bytes : 0;
+      row.bound = "unknown";
+      if (known) {
+        const double compute_ms = row.flops / (peak_gflops * 1e6);
+        const double memory_ms = row.bytes / (bandwidth_gbs * 1e6);
+        row.bound_ms = std::max(compute_ms, memory_ms);
+        row.bound_frac = row.ms > 0 ? row.bound_ms / row.ms : 0;
+        row.bound = compute_ms >= memory_ms ? "compute" : "bandwidth";
+      }
+      r.ops.push_back(row);
+    }
+  std::stable_sort(r.ops.begin(), r.ops.end(),
+                   [](const OpRow& a, const OpRow& b) { return a.ms > b.ms; });
 }
 
 // STREAM's triad (McCalpin 1995): 2 reads + 1 write of 4-byte floats per element; arrays

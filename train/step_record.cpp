@@ -59,6 +59,44 @@ RanksBlock ranks_from_json(const json& k) {
   return b;
 }
 
+// [{"phase", "op", "calls", "ms", "flops", "bytes"}, ...]: the ops that ran, in phase then
+// op order.
+ojson ops_json(const OpProfile& p) {
+  ojson list = ojson::array();
+  for (const auto& [phase, phase_name] : enum_names(OpPhase{}))
+    for (const auto& [op, op_name] : enum_names(Op{})) {
+      const OpStat& s = p.at(phase, op);
+      if (s.calls == 0) continue;
+      list.push_back({{"phase", phase_name},
+                      {"op", op_name},
+                      {"calls", s.calls},
+                      {"ms", round_to(s.ms, 1e-3)},
+                      {"flops", s.flops},
+                      {"bytes", s.bytes}});
+    }
+  return list;
+}
+
+OpProfile ops_from_json(const json& list, const std::string& where) {
+  OpProfile p;
+  if (!list.is_array()) throw InputError(where + ": 'ops' must be a list");
+  for (const json& e : list) {
+    const auto text = [&](const char* key) {
+      auto it = e.find(key);
+      if (it == e.end() || !it->is_string())
+        throw InputError(where + ": an entry of 'ops' lacks the string '" + key + "'");
+      return it->get<std::string>();
+    };
+    OpStat& s = p.at(parse_name<OpPhase>(text("phase"), where + ": ops phase"),
+                     parse_name<Op>(text("op"), where + ": op"));
+    s.calls = int64_t(number_at(e, "calls", where, "ops.calls"));
+    s.ms = number_at(e, "ms", where, "ops.ms");
+    s.flops = json_number_or(e, "flops", 0);
+    s.bytes = json_number_or(e, "bytes", 0);
+  }
+  return p;
+}
+
 }  // namespace
 
 ojson to_json(const StepRecord& r) {
@@ -85,6 +123,7 @@ ojson to_json(const StepRecord& r) {
                     {"grads", r.mem_bytes.grads},
                     {"optimizer", r.mem_bytes.optimizer},
                     {"activations_peak", r.mem_bytes.activations_peak}};
+  if (!r.ops.empty()) j["ops"] = ops_json(r.ops);
   return j;
 }
 
@@ -119,6 +158,7 @@ StepRecord step_record_from_json(const json& j, const std::string& where) {
                  uint64_t(json_number_or(mem, "grads", 0)),
                  uint64_t(json_number_or(mem, "optimizer", 0)),
                  uint64_t(json_number_or(mem, "activations_peak", 0))};
+  if (auto ops = j.find("ops"); ops != j.end()) r.ops = ops_from_json(*ops, where);
   return r;
 }
 

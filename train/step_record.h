@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/op_profile.h"
 #include "core/profiler.h"
 
 namespace ringstep {
@@ -61,6 +62,7 @@ struct StepRecord {
   uint64_t comm_bytes = 0;
   double comm_busbw_gbs = 0;
   MemBytes mem_bytes;
+  OpProfile ops;  // rank 0's ops on op-timed steps (profile.op_every); empty otherwise
 };
 
 nlohmann::ordered_json to_json(const StepRecord& r);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 
 #include "core/checksum.h"
@@ -54,6 +55,16 @@ const Config& checked(const Config& cfg, int world) {
   check_config(cfg);
   validate_for_world(cfg, world);
   return cfg;
+}
+
+// The update's cost (docs/metrics.md): the global norm reads each gradient (2 FLOPs, 4
+// bytes per parameter); AdamW reads the gradient and reads and writes the parameter and
+// both moments (about 12 FLOPs and 28 bytes).
+OpCost update_cost(size_t n_params) { return {14.0 * double(n_params), 32.0 * double(n_params)}; }
+
+// A test-only fault (profile.inject_*, configs/sick/): sleep MS milliseconds.
+void inject_delay(double ms) {
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
 }  // namespace
@@ -158,13 +169,19 @@ auto Trainer::timed(double PhaseTimes::*field, const char* name, bool traced, F&
   }
 }
 
+OpPhaseScope Trainer::op_scope(OpPhase phase, bool traced) {
+  return OpPhaseScope(model_.op_clock(), ops_, phase, traced ? &trace_ : nullptr, state_.step + 1);
+}
+
 // One optimizer step: accumulate the gradients of grad_accum_steps micro-batches, average
 // them over ranks, unscale and agree on inf/NaN, then update (or skip) and advance.
 Trainer::StepResult Trainer::step() {
   const std::vector<int>& w = facts_.trace_window;
   const int number = state_.step + 1;
   const bool traced = timer_.enabled() && !w.empty() && number >= w[0] && number <= w[1];
+  const int op_every = cfg_.profile.op_every;
   StepResult s;
+  ops_ = timer_.enabled() && op_every > 0 && (traced || number % op_every == 0) ? &s.ops : nullptr;
   s.loss_scale = state_.scaler.scale();
   timer_.begin_step();
   model_.grads().zero();
@@ -180,11 +197,19 @@ Trainer::StepResult Trainer::step() {
   if (bad_rank >= 0) fault_ = numerical_fault(number, bad_rank);
   s.applied = state_.scaler.update(bad_rank >= 0);
   s.lr = schedule_.at(int(state_.optimizer.step_count()));
-  s.grad_norm = s.applied ? apply_update(s.lr, traced) : NAN;
+  s.grad_norm = NAN;
+  if (s.applied) {
+    auto ops = op_scope(OpPhase::optimizer, traced);
+    const int64_t t0 = model_.op_clock().begin();
+    s.grad_norm = apply_update(s.lr, traced);
+    model_.op_clock().end(Op::optimizer, t0, update_cost(model_.param_count()));
+  }
+  if (facts_.rank == facts_.world - 1) inject_delay(cfg_.profile.inject_delay_ms);
   if (traced && number == w[1])
     trace_.write(cfg_.run.out_dir + "/trace/rank-" + std::to_string(facts_.rank) + ".json",
                  facts_.rank);
   s.times = timer_.end_step(s.comm.comm_ms, s.comm.exposed_ms);
+  ops_ = nullptr;
   ++state_.step;
   const int every = cfg_.train.check_replicas_every;
   if (every > 0 && state_.step % every == 0)
@@ -200,12 +225,19 @@ double Trainer::micro_batch(int micro, bool traced) {
   int32_t* in = inputs_.data() + size_t(micro) * B * T;
   int32_t* tg = targets_.data() + size_t(micro) * B * T;
   const bool last = micro == cfg_.train.grad_accum_steps - 1;
-  timed(&PhaseTimes::data, "data", traced, [&] { state_.data->next_batch(in, tg, B, T); });
-  const float loss = timed(&PhaseTimes::forward, "forward", traced,
-                           [&] { return model_.forward(in, tg, B, T, arena_); });
+  timed(&PhaseTimes::data, "data", traced, [&] {
+    state_.data->next_batch(in, tg, B, T);
+    inject_delay(cfg_.profile.inject_data_delay_ms);
+  });
+  const float loss = timed(&PhaseTimes::forward, "forward", traced, [&] {
+    auto ops = op_scope(OpPhase::forward, traced);
+    return model_.forward(in, tg, B, T, arena_);
+  });
   const float dloss = float(state_.scaler.scale() / cfg_.train.grad_accum_steps);
-  timed(&PhaseTimes::backward, "backward", traced,
-        [&] { model_.backward(dloss, arena_, last ? sync_.layer_hook() : nullptr); });
+  timed(&PhaseTimes::backward, "backward", traced, [&] {
+    auto ops = op_scope(OpPhase::backward, traced);
+    model_.backward(dloss, arena_, last ? sync_.layer_hook() : nullptr);
+  });
   timer_.add_ms(&PhaseTimes::recompute, model_.last_recompute_ms());
   return loss;
 }
@@ -305,6 +337,7 @@ void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
   r.comm_busbw_gbs = busbw_gbs(s.comm.bytes, view.slowest.comm, facts_.world);
   r.mem_bytes = {facts_.param_bytes, facts_.param_bytes, facts_.optimizer_bytes,
                  arena_.peak_bytes()};
+  r.ops = s.ops;
   run_dir_.append_step(to_json(r).dump());
   if (log_line) print_step_line(r, steps, state_.scaler.mode() != LossScaleMode::none);
   const std::string event = stragglers_.update(n, view.ranks.straggler, view.straggler_ratio);

@@ -85,6 +85,7 @@ class Trainer {
     bool applied = false;
     GradSync::Result comm;
     PhaseTimes times;
+    OpProfile ops;  // filled on op-timed steps (profile.op_every, traced steps)
   };
   void init_from(const std::string& path, bool lead);
   StepResult step();
@@ -95,6 +96,9 @@ class Trainer {
   // Times F as phase FIELD (and, in the trace window, as span NAME); returns what F returns.
   template <class F>
   auto timed(double PhaseTimes::*field, const char* name, bool traced, F&& f);
+  // Times the ops of PHASE into the step's profile while the scope lives (nothing on a
+  // step without op timing).
+  OpPhaseScope op_scope(OpPhase phase, bool traced);
   void trace_comm(const GradSync::Result& comm, int64_t wait_start);
   void log_step(const StepResult& s, TrainOutcome& out);
   float evaluate();
@@ -118,6 +122,7 @@ class Trainer {
   float last_val_loss_;
   std::string resumed_from_;  // the checkpoint loaded at construction; "" = none
   std::string fault_;         // why a numerical fault stops the run; "" = none
+  OpProfile* ops_ = nullptr;  // the current step's op profile on op-timed steps
 };
 
 // Runs CFG to completion: Trainer(cfg, comm).run().

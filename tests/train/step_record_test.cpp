@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "train/run_log.h"
@@ -37,6 +38,8 @@ StepRecord FullRecord() {
   r.comm_bytes = 3355443;
   r.comm_busbw_gbs = 1.5;
   r.mem_bytes = {100, 200, 300, 400};
+  r.ops.at(OpPhase::forward, Op::qkv) = {8, 13.25, 8e8, 1.8e7};
+  r.ops.at(OpPhase::backward, Op::zero) = {38, 2.5, 0, 4.6e7};
   return r;
 }
 
@@ -70,6 +73,25 @@ TEST(StepRecord, EveryFieldRoundTripsThroughJson) {
   EXPECT_EQ(b.comm_bytes, a.comm_bytes);
   EXPECT_EQ(b.comm_busbw_gbs, a.comm_busbw_gbs);
   EXPECT_EQ(b.mem_bytes.activations_peak, 400u);
+  for (size_t p = 0; p < kOpPhaseCount; ++p)
+    for (size_t o = 0; o < kOpCount; ++o) {
+      const OpStat &x = a.ops.stat[p][o], &y = b.ops.stat[p][o];
+      EXPECT_EQ(std::vector<double>({double(y.calls), y.ms, y.flops, y.bytes}),
+                std::vector<double>({double(x.calls), x.ms, x.flops, x.bytes}))
+          << p << " " << o;
+    }
+}
+
+TEST(StepRecord, UnknownOpIsAnInputErrorNamingTheLine) {
+  nlohmann::json j = nlohmann::json::parse(to_json(FullRecord()).dump());
+  j["ops"][0]["op"] = "frobnicate";
+  try {
+    step_record_from_json(j, "steps.jsonl:3");
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("steps.jsonl:3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("frobnicate"), std::string::npos) << e.what();
+  }
 }
 
 TEST(StepRecord, SkippedStepHasNullNormAndNoValLoss) {
