@@ -14,7 +14,7 @@ for p in $(seq "$pairs"); do
     "$bin" train configs/tiny.yaml --set run.threads=1 --set train.steps="$steps" \
       --set train.eval_every=0 --set train.eval_batches=1 --set profile.peak_gflops=100 \
       --set profile.enabled=$enabled --set profile.trace_steps=[] \
-      --set run.out_dir="$out/$enabled" "$@" > "$out/$enabled.log"
+      --set run.out_dir="$out/$enabled" --set run.overwrite=true "$@" > "$out/$enabled.log"
     wall[$([ $enabled = true ] && echo 1 || echo 0)]=$(/usr/bin/python3 -c \
       "import json;print(json.load(open('$out/$enabled/summary.json'))['loop_wall_s'])")
   done
