@@ -3,27 +3,42 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 namespace ringstep {
 namespace {
 
-constexpr size_t kScaleBytes = sizeof(float);
-
-// Where chunk j's pieces lie: every message is [fp32 scale | chunk/8 packed bytes], rounded
-// up to whole 16-bit words (the transport moves 16-bit words; the pad byte is 0).
+// Where everything lies. A message is [fp32 scale per segment | chunk/8 packed bytes],
+// rounded up to whole 16-bit words (the transport moves 16-bit words; the pad byte is 0).
 struct Layout {
   size_t count = 0;
-  size_t chunk = 0;        // elements per server chunk, a multiple of 8
-  size_t block_bytes = 0;  // one message
+  std::vector<size_t> ends;  // segment ends, the last == count
+  size_t chunk = 0;          // elements per server chunk, a multiple of 8
+  size_t scale_bytes = 0;    // of one message's scales
+  size_t block_bytes = 0;    // one message
 
-  Layout(size_t n, int nranks) : count(n), chunk(sign_chunk_elems(n, nranks)) {
-    block_bytes = (kScaleBytes + chunk / 8 + 1) / 2 * 2;
+  Layout(size_t n, const std::vector<size_t>& segment_ends, int nranks)
+      : count(n), ends(segment_ends), chunk(sign_chunk_elems(n, nranks)) {
+    if (ends.empty()) ends.push_back(n);
+    if (ends.back() != n || !std::is_sorted(ends.begin(), ends.end()))
+      throw std::invalid_argument("sign_allreduce: segment ends must ascend to the count");
+    scale_bytes = ends.size() * sizeof(float);
+    block_bytes = (scale_bytes + chunk / 8 + 1) / 2 * 2;
   }
   // The real (unpadded) elements of chunk j.
   Shard real(int j) const {
     const size_t begin = std::min(count, size_t(j) * chunk);
     return {begin, std::min(count, begin + chunk) - begin};
+  }
+  // Calls f(k, begin, end) for every non-empty part of segment k inside [begin, end).
+  template <class F>
+  void for_parts(size_t begin, size_t end, F&& f) const {
+    size_t start = 0;
+    for (size_t k = 0; k < ends.size(); start = ends[k++]) {
+      const size_t b = std::max(begin, start), e = std::min(end, ends[k]);
+      if (b < e) f(k, b, e);
+    }
   }
 };
 
@@ -33,63 +48,79 @@ std::vector<std::byte>& staging(int which) {
   return bufs[which];
 }
 
-// Writes SCALE and the sign code of Z[0, n) into BLOCK, zeroing the rest of it.
-void encode_block(const float* z, size_t n, float scale, std::byte* block, size_t block_bytes) {
-  std::memset(block, 0, block_bytes);
-  std::memcpy(block, &scale, kScaleBytes);
-  pack_signs(z, n, reinterpret_cast<uint8_t*>(block + kScaleBytes));
-}
-
-float block_scale(const std::byte* block) {
+float scale_at(const std::byte* block, size_t k) {
   float s;
-  std::memcpy(&s, block, kScaleBytes);
+  std::memcpy(&s, block + k * sizeof(float), sizeof(float));
   return s;
 }
 
-bool negative_bit(const std::byte* block, size_t i) {
-  return (std::to_integer<unsigned>(block[kScaleBytes + i / 8]) >> (i % 8)) & 1u;
-}
+// Bit i of a message's packed chunk (i relative to the chunk's first element).
+bool negative_bit(const uint8_t* bits, size_t i) { return (bits[i / 8] >> (i % 8)) & 1u; }
 
-// Z[0, n) -= s sign(Z), i.e. the error the sign code leaves; returns ||Z - s sign Z||^2
-// (the new error's squared norm) and adds ||Z||^2 to SQ_NORM.
-double keep_error(float* z, size_t n, float s, double& sq_norm) {
-  double sq_err = 0;
+// Z[0, n) -= s sign(Z), the error the sign code leaves; adds ||Z||^2 to SQ_NORM and the
+// new error's squared norm to SQ_ERR.
+void keep_error(float* z, size_t n, float s, double& sq_norm, double& sq_err) {
   for (size_t i = 0; i < n; ++i) {
     sq_norm += double(z[i]) * double(z[i]);
     z[i] = z[i] - (z[i] < 0 ? -s : s);
     sq_err += double(z[i]) * double(z[i]);
   }
-  return sq_err;
 }
 
-// Worker stage: E = X + E (that is z), one scale for all of it, chunk j of its code into
-// message j of SEND, then E = z - s sign z.
+// Worker stage: E = X + E (that is z), one scale per segment, chunk j's code and every
+// scale into message j of SEND, then E = z - s sign z.
 void compress_worker(const float* x, float* e, const Layout& L, int nranks, OneBitScale kind,
                      std::byte* send, SignAllreduceStats& st) {
   for (size_t i = 0; i < L.count; ++i) e[i] += x[i];
-  const float s = sign_scale(e, L.count, kind);
+  std::vector<float> scales(L.ends.size());
+  L.for_parts(0, L.count, [&](size_t k, size_t b, size_t end) {
+    scales[k] = sign_scale(e + b, end - b, kind);
+  });
   for (int j = 0; j < nranks; ++j) {
+    std::byte* block = send + size_t(j) * L.block_bytes;
     const Shard c = L.real(j);
-    encode_block(e + c.offset, c.count, s, send + size_t(j) * L.block_bytes, L.block_bytes);
+    std::memset(block, 0, L.block_bytes);
+    std::memcpy(block, scales.data(), L.scale_bytes);
+    pack_signs(e + c.offset, c.count, reinterpret_cast<uint8_t*>(block + L.scale_bytes));
   }
-  st.worker_sq_err = keep_error(e, L.count, s, st.worker_sq_norm);
+  L.for_parts(0, L.count, [&](size_t k, size_t b, size_t end) {
+    keep_error(e + b, end - b, scales[k], st.worker_sq_norm, st.worker_sq_err);
+  });
 }
 
 // Server stage for this rank's chunk C: the mean of the decoded worker messages IN[q] (in
-// rank order), plus the server error E, compressed again into OUT; E keeps the new error.
-void serve_chunk(const std::byte* const* in, int nranks, Shard c, float* e, OneBitScale kind,
-                 std::byte* out, size_t block_bytes, std::vector<float>& acc) {
+// rank order), plus the server error E (at C's offset), compressed again into OUT; E keeps
+// the new error.
+void serve_chunk(const std::byte* const* in, int nranks, const Layout& L, Shard c, float* e,
+                 OneBitScale kind, std::byte* out, std::vector<float>& acc) {
   acc.assign(c.count, 0.0f);
   for (int q = 0; q < nranks; ++q) {
-    const float s = block_scale(in[q]);
-    for (size_t i = 0; i < c.count; ++i) acc[i] += negative_bit(in[q], i) ? -s : s;
+    const auto* bits = reinterpret_cast<const uint8_t*>(in[q] + L.scale_bytes);
+    L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
+      const float s = scale_at(in[q], k);
+      for (size_t i = b - c.offset; i < end - c.offset; ++i)
+        acc[i] += negative_bit(bits, i) ? -s : s;
+    });
   }
   const float n = float(nranks);
-  for (size_t i = 0; i < c.count; ++i) e[i] = acc[i] / n + e[i];
-  const float s = sign_scale(e, c.count, kind);
-  encode_block(e, c.count, s, out, block_bytes);
-  double unused = 0;
-  keep_error(e, c.count, s, unused);
+  for (size_t i = 0; i < c.count; ++i) e[c.offset + i] = acc[i] / n + e[c.offset + i];
+  std::memset(out, 0, L.block_bytes);
+  pack_signs(e + c.offset, c.count, reinterpret_cast<uint8_t*>(out + L.scale_bytes));
+  double unused_norm = 0, unused_err = 0;
+  L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
+    const float s = sign_scale(e + b, end - b, kind);
+    std::memcpy(out + k * sizeof(float), &s, sizeof(float));
+    keep_error(e + b, end - b, s, unused_norm, unused_err);
+  });
+}
+
+// X's chunk C from a server's message BLOCK.
+void decode_chunk(const std::byte* block, const Layout& L, Shard c, float* x) {
+  const auto* bits = reinterpret_cast<const uint8_t*>(block + L.scale_bytes);
+  L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
+    const float s = scale_at(block, k);
+    for (size_t i = b; i < end; ++i) x[i] = negative_bit(bits, i - c.offset) ? -s : s;
+  });
 }
 
 // Posts a receive of rank j's message into IN + j * block_bytes and a send of OUT(j) to
@@ -123,7 +154,7 @@ void pack_signs(const float* x, size_t n, uint8_t* out) {
 }
 
 void unpack_signs(const uint8_t* in, size_t n, float scale, float* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = (in[i / 8] >> (i % 8)) & 1u ? -scale : scale;
+  for (size_t i = 0; i < n; ++i) out[i] = negative_bit(in, i) ? -scale : scale;
 }
 
 float sign_scale(const float* z, size_t n, OneBitScale kind) {
@@ -142,17 +173,24 @@ size_t sign_chunk_elems(size_t count, int nranks) {
   return (count + quantum - 1) / quantum * 8;
 }
 
-SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count, float* worker_error,
+size_t sign_allreduce_bytes(size_t count, size_t segments, int nranks) {
+  if (nranks <= 1 || count == 0) return 0;
+  const size_t block = (segments * sizeof(float) + sign_chunk_elems(count, nranks) / 8 + 1) / 2 * 2;
+  return 2 * size_t(nranks - 1) * block;
+}
+
+SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
+                                  const std::vector<size_t>& segment_ends, float* worker_error,
                                   float* server_error, OneBitScale kind, int tag) {
   SignAllreduceStats st;
   const int n = comm.size(), r = comm.rank();
   if (n == 1 || count == 0) return st;
-  const Layout L(count, n);
+  const Layout L(count, segment_ends, n);
   const size_t all_bytes = size_t(n) * L.block_bytes;
   std::vector<std::byte>& a = staging(0);
   std::vector<std::byte>& b = staging(1);
   a.resize(2 * all_bytes);  // worker messages out, then server messages in
-  b.resize(all_bytes);      // worker messages in (own one from a)
+  b.resize(all_bytes);      // worker messages in (this rank's own stays in a)
   std::byte* send = a.data();
   std::byte* gathered = a.data() + all_bytes;
 
@@ -163,18 +201,12 @@ SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count, fl
   for (int q = 0; q < n; ++q) in[size_t(q)] = (q == r ? send : b.data()) + size_t(q) * L.block_bytes;
 
   thread_local std::vector<float> acc;
-  const Shard mine = L.real(r);
   std::byte* own = gathered + size_t(r) * L.block_bytes;
-  serve_chunk(in.data(), n, mine, server_error + mine.offset, kind, own, L.block_bytes, acc);
+  serve_chunk(in.data(), n, L, L.real(r), server_error, kind, own, acc);
   exchange(comm, [&](int) { return static_cast<const std::byte*>(own); }, gathered, L.block_bytes,
            tag);
 
-  for (int j = 0; j < n; ++j) {
-    const Shard c = L.real(j);
-    const std::byte* block = gathered + size_t(j) * L.block_bytes;
-    unpack_signs(reinterpret_cast<const uint8_t*>(block + kScaleBytes), c.count,
-                 block_scale(block), x + c.offset);
-  }
+  for (int j = 0; j < n; ++j) decode_chunk(gathered + size_t(j) * L.block_bytes, L, L.real(j), x);
   st.bytes_sent = 2 * size_t(n - 1) * L.block_bytes;
   return st;
 }

@@ -4,19 +4,26 @@
 // two phases like a reduce-scatter and an allgather. It knows vectors, not optimizers:
 // 1-bit Adam's momentum exchange is one caller (optim/onebit_adam.h).
 //
+// Segments. The caller cuts the vector into segments (1-bit Adam: the model's tensors) and
+// every segment gets its own scales, since one scale for values of very different sizes
+// codes the small ones as large: each worker scale is over one segment, each server scale
+// over one segment's part of the server's chunk.
+//
 // Layout. COUNT elements are padded, internally, to P = round_up(count, 8 N) for N ranks;
 // server chunk j is [j P/N, (j+1) P/N) of the padded vector, a whole number of bytes when
 // packed. Padding is +0 in every input, never enters a scale or an error buffer, and never
 // reaches the output.
 //
-// Worker (every rank r):  z = x + e_w;  s_w = scale(z);  e_w = z - s_w sign(z);
-//                         chunk j of sign(z), with s_w, goes to rank j (an all-to-all).
+// Worker (every rank r):  z = x + e_w;  s_w = scale(z) per segment;  e_w = z - s_w sign(z);
+//                         chunk j of sign(z), with every s_w, goes to rank j (an all-to-all).
 // Server (rank j, for its chunk; ranks q summed in order 0..N-1, in fp32, then / N):
-//                         a = (sum_q s_w(q) sign_q) / N;  z_s = a + e_s;  s_s = scale(z_s);
-//                         e_s = z_s - s_s sign(z_s);  sign(z_s) and s_s go to every rank.
-// Output (every rank):    x[i] = s_s(j) sign(z_s[i]) for i in chunk j, the same bits on
-//                         every rank. So over calls, sum of outputs = sum of mean inputs
-//                         - (mean_r e_w(r) + e_s), as accumulated since the buffers were 0.
+//                         a = (sum_q s_w(q) sign_q) / N;  z_s = a + e_s;  s_s = scale(z_s)
+//                         per segment part; e_s = z_s - s_s sign(z_s); sign(z_s) and the
+//                         s_s go to every rank (an allgather).
+// Output (every rank):    x[i] = s_s sign(z_s[i]) with chunk j's scale of i's segment, the
+//                         same bits on every rank. So over calls, sum of outputs = sum of
+//                         mean inputs - (mean_r e_w(r) + e_s), as accumulated since the
+//                         buffers were 0.
 //
 // Scales are over the real (unpadded) elements of what is compressed, summed in double in
 // index order and rounded to fp32: mean_abs = mean |z|, the s minimising ||z - s sign z||_2;
@@ -27,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "core/config.h"  // OneBitScale
@@ -51,13 +59,19 @@ struct SignAllreduceStats {
   double worker_sq_norm = 0; // ||z||^2
 };
 
-// X[0, count) = the compressed mean above, identical on every rank. WORKER_ERROR holds
+// X[0, count) = the compressed mean above, identical on every rank. SEGMENT_ENDS are the
+// segments' ends, ascending, the last one count ({} = one segment). WORKER_ERROR holds
 // count elements (this rank's e_w); SERVER_ERROR holds count elements laid out like X, of
 // which only this rank's server chunk is read and written (the rest is left as it is). Both
 // start at 0 and are updated in place. Collective: every rank calls it with the same count,
 // kind and tag (0 <= tag < 32768, not shared with other traffic in flight). With one rank
 // the mean is the input itself and nothing is compressed.
-SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count, float* worker_error,
+SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
+                                  const std::vector<size_t>& segment_ends, float* worker_error,
                                   float* server_error, OneBitScale kind, int tag = 0x5342);
+
+// The bytes sign_allreduce sends per rank for COUNT elements in SEGMENTS segments over N
+// ranks: 2 (N - 1) messages of 4 SEGMENTS + count / 8N bytes (padded, in 16-bit words).
+size_t sign_allreduce_bytes(size_t count, size_t segments, int nranks);
 
 }  // namespace ringstep

@@ -61,7 +61,14 @@ TrainState::TrainState(const Registry& params, const Config& cfg,
     : optimizer(params, {cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
                          cfg.train.weight_decay}),
       scaler(cfg.precision),
-      data(std::move(train_data)) {}
+      data(std::move(train_data)) {
+  if (cfg.optimizer.name == OptimizerKind::onebit_adam)
+    onebit = std::make_unique<OneBitAdam>(
+        optimizer, params,
+        AdamWParams{cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
+                    cfg.train.weight_decay},
+        OneBitParams{cfg.optimizer.onebit.freeze_step, cfg.optimizer.onebit.scale});
+}
 
 Trainer::Trainer(const Config& cfg, Communicator* comm)
     : cfg_(cfg),
@@ -104,7 +111,8 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
   f.hw_flops_per_token = f.flops_per_token + model_.recompute_flops_per_token();
   f.tokens_per_step = double(inputs_.size()) * f.world;
   f.param_bytes = model_.params().bytes();
-  f.optimizer_bytes = state_.optimizer.state_bytes();
+  f.optimizer_bytes =
+      state_.optimizer.state_bytes() + (state_.onebit ? state_.onebit->state_bytes() : 0);
   f.arena_bytes = arena_.capacity_bytes();
   f.buckets = sync_.buckets().size();
   if (f.rank == 0) {
@@ -138,28 +146,42 @@ auto Trainer::timed(double PhaseTimes::*field, const char* name, bool traced, F&
 }
 
 // One optimizer step: accumulate the gradients of grad_accum_steps micro-batches, average
-// them over ranks, unscale and agree on inf/NaN, then update (or skip) and advance.
+// them over ranks (not in 1-bit Adam's compressed stage: each rank keeps its own), unscale
+// and agree on inf/NaN, then update (or skip) and advance.
 Trainer::StepResult Trainer::step() {
   const std::vector<int>& w = facts_.trace_window;
   const int number = state_.step + 1;
   const bool traced = timer_.enabled() && !w.empty() && number >= w[0] && number <= w[1];
   StepResult s;
+  if (state_.onebit) s.stage = state_.onebit->stage(facts_.world);
+  const bool compressed = s.stage == OneBitStage::compressed;
   s.loss_scale = state_.scaler.scale();
   timer_.begin_step();
   model_.grads().zero();
   double loss_sum = 0;
   for (int micro = 0; micro < cfg_.train.grad_accum_steps; ++micro)
-    loss_sum += micro_batch(micro, traced);
+    loss_sum += micro_batch(micro, traced, !compressed);
   s.loss = loss_sum / cfg_.train.grad_accum_steps;
   const int64_t wait_start = timer_.mark();
-  s.comm = sync_.finish();  // waits; gradients averaged over ranks
-  if (traced) trace_comm(s.comm, wait_start);
+  if (!compressed) s.comm = sync_.finish();  // waits; gradients averaged over ranks
+  if (traced && !compressed) trace_comm(s.comm, wait_start);
 
+  // Agreed before anything of this step is sent in the compressed stage.
   const int bad_rank = unscale_and_agree(traced, s.loss);
   if (bad_rank >= 0) fault_ = numerical_fault(number, bad_rank);
   s.applied = state_.scaler.update(bad_rank >= 0);
   s.lr = schedule_.at(int(state_.optimizer.step_count()));
-  s.grad_norm = s.applied ? apply_update(s.lr, traced) : NAN;
+  if (!s.applied)
+    s.grad_norm = NAN;
+  else if (!compressed)
+    s.grad_norm = apply_update(s.lr, traced);
+  else
+    s.grad_norm = apply_compressed(s.lr, traced, s.exchange);
+  if (compressed) {
+    s.comm = sync_.take_exchange();
+    timer_.add_ms(&PhaseTimes::optimizer, -s.comm.exposed_ms);  // the wait is comm_exposed
+    if (traced) trace_comm(s.comm, 0);
+  }
   if (traced && number == w[1])
     trace_.write(cfg_.run.out_dir + "/trace/rank-" + std::to_string(facts_.rank) + ".json",
                  facts_.rank);
@@ -173,12 +195,12 @@ Trainer::StepResult Trainer::step() {
 
 // Forward and backward of micro-batch MICRO; returns its loss. The loss is divided by
 // grad_accum_steps and multiplied by the loss scale (1 unless fp16 scaling is on) before
-// backward; the last micro-batch hands each finished layer to the gradient sync.
-double Trainer::micro_batch(int micro, bool traced) {
+// backward; with HOOK, the last micro-batch hands each finished layer to the gradient sync.
+double Trainer::micro_batch(int micro, bool traced, bool hook) {
   const int B = cfg_.train.micro_batch, T = cfg_.model.seq_len;
   int32_t* in = inputs_.data() + size_t(micro) * B * T;
   int32_t* tg = targets_.data() + size_t(micro) * B * T;
-  const bool last = micro == cfg_.train.grad_accum_steps - 1;
+  const bool last = hook && micro == cfg_.train.grad_accum_steps - 1;
   timed(&PhaseTimes::data, "data", traced, [&] { state_.data->next_batch(in, tg, B, T); });
   const float loss = timed(&PhaseTimes::forward, "forward", traced,
                            [&] { return model_.forward(in, tg, B, T, arena_); });
@@ -228,10 +250,25 @@ double Trainer::apply_update(double lr, bool traced) {
   });
 }
 
+// 1-bit Adam's compressed stage (docs/optim.md): the norm clipped is the root mean square
+// over ranks of the local gradients' norms (one agreed coefficient; the averaged gradient
+// never exists), then OneBitAdam's step, whose exchange wait step() moves to comm_exposed.
+double Trainer::apply_compressed(double lr, bool traced, SignExchange& exchange) {
+  return timed(&PhaseTimes::optimizer, "optimizer", traced, [&] {
+    FlatBuffer& g = model_.grads();
+    float mean_sq = float(sum_squares(g.data(), g.size()));
+    sync_.average(&mean_sq, 1);
+    const double norm = std::sqrt(double(mean_sq));
+    exchange = state_.onebit->compressed_step(model_.params().data(), g.data(), lr,
+                                              clip_coefficient(norm, cfg_.train.grad_clip), sync_);
+    return norm;
+  });
+}
+
 void Trainer::trace_comm(const GradSync::Result& comm, int64_t wait_start) {
   if (facts_.world <= 1) return;
   const int number = state_.step + 1;
-  trace_.span(Lane::compute, "wait comm", wait_start, timer_.mark(), number);
+  if (wait_start > 0) trace_.span(Lane::compute, "wait comm", wait_start, timer_.mark(), number);
   for (const CommSpan& s : comm.spans)
     trace_.span(Lane::comm, s.op + " bucket " + std::to_string(s.tag), s.start_ns, s.end_ns, number,
                 s.bytes);
@@ -257,11 +294,11 @@ void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
   const bool lead = facts_.rank == 0;
   if (!timer_.enabled()) {
     if (!log_line) return;
-    out.losses.push_back(sync_.agree(float(s.loss), s.times).mean_loss);
+    out.losses.push_back(sync_.agree(float(s.loss), s.times, s.exchange).mean_loss);
     if (lead) print_loss_line(n, steps, out.losses.back(), s.lr, s.applied);
     return;
   }
-  const GradSync::StepView view = sync_.agree(float(s.loss), s.times);
+  const GradSync::StepView view = sync_.agree(float(s.loss), s.times, s.exchange);
   out.losses.push_back(view.mean_loss);
   totals_.add(view.slowest);
   if (!lead) return;
@@ -281,6 +318,9 @@ void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
   r.mfu = r.model_gflops / facts_.peak_gflops;
   r.hardware_gflops = facts_.hw_flops_per_token * r.tokens_per_s / 1e9 / facts_.world;
   r.comm_bytes = s.comm.bytes;
+  r.comm_sent_bytes = s.comm.sent_bytes;
+  r.stage = s.stage;
+  r.compression_error = view.compression_error;
   r.comm_busbw_gbs = busbw_gbs(s.comm.bytes, view.slowest.comm, facts_.world);
   r.mem_bytes = {facts_.param_bytes, facts_.param_bytes, facts_.optimizer_bytes,
                  arena_.peak_bytes()};

@@ -15,11 +15,26 @@ namespace ringstep::testing {
 struct SignSim {
   // Per simulated rank: the input (replaced by the output), e_w and e_s (count each).
   std::vector<std::vector<float>> x, worker_error, server_error;
+  std::vector<size_t> starts;  // of the segments, then count
 
-  SignSim(int nranks, size_t count)
-      : x(size_t(nranks), std::vector<float>(count)),
-        worker_error(x),
-        server_error(x) {}
+  SignSim(int nranks, size_t count, const std::vector<size_t>& segment_ends = {})
+      : x(size_t(nranks), std::vector<float>(count)), worker_error(x), server_error(x) {
+    starts = {0};
+    for (size_t e : segment_ends) starts.push_back(e);
+    if (segment_ends.empty()) starts.push_back(count);
+  }
+  size_t segment_of(size_t i) const {
+    return size_t(std::upper_bound(starts.begin(), starts.end(), i) - starts.begin()) - 1;
+  }
+  // The scale of Z's elements [b, e) of each segment, by segment.
+  std::vector<float> scales(const float* z, size_t b, size_t e, OneBitScale kind) const {
+    std::vector<float> out(starts.size() - 1, 0.0f);
+    for (size_t k = 0; k + 1 < starts.size(); ++k) {
+      const size_t lo = std::max(b, starts[k]), hi = std::min(e, starts[k + 1]);
+      if (lo < hi) out[k] = sign_scale(z + lo - b, hi - lo, kind);
+    }
+    return out;
+  }
 
   int ranks() const { return int(x.size()); }
   size_t count() const { return x[0].size(); }
@@ -29,14 +44,16 @@ struct SignSim {
     const size_t count = this->count();
     const size_t quantum = 8 * size_t(n);
     const size_t chunk = (count + quantum - 1) / quantum * quantum / size_t(n);
-    std::vector<float> worker_scale(static_cast<size_t>(n));
+    std::vector<std::vector<float>> worker_scale(static_cast<size_t>(n));
     std::vector<std::vector<float>> z(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) {
       z[r].resize(count);
       for (size_t i = 0; i < count; ++i) z[r][i] = x[r][i] + worker_error[r][i];
-      const float s = worker_scale[r] = sign_scale(z[r].data(), count, kind);
-      for (size_t i = 0; i < count; ++i)
+      worker_scale[r] = scales(z[r].data(), 0, count, kind);
+      for (size_t i = 0; i < count; ++i) {
+        const float s = worker_scale[r][segment_of(i)];
         worker_error[r][i] = z[r][i] - (z[r][i] < 0 ? -s : s);
+      }
     }
     std::vector<float> out(count);
     for (int j = 0; j < n; ++j) {
@@ -45,11 +62,15 @@ struct SignSim {
       std::vector<float> zs(end - begin);
       for (size_t i = begin; i < end; ++i) {
         float acc = 0.0f;
-        for (int q = 0; q < n; ++q) acc += z[q][i] < 0 ? -worker_scale[q] : worker_scale[q];
+        for (int q = 0; q < n; ++q) {
+          const float s = worker_scale[q][segment_of(i)];
+          acc += z[q][i] < 0 ? -s : s;
+        }
         zs[i - begin] = acc / float(n) + server_error[j][i];
       }
-      const float s = sign_scale(zs.data(), zs.size(), kind);
+      const std::vector<float> server_scale = scales(zs.data(), begin, end, kind);
       for (size_t i = begin; i < end; ++i) {
+        const float s = server_scale[segment_of(i)];
         const float q = zs[i - begin] < 0 ? -s : s;
         out[i] = q;
         server_error[j][i] = zs[i - begin] - q;

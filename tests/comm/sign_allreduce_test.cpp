@@ -75,7 +75,7 @@ TEST(SignAllreduceSim, ErrorFeedbackIdentityHoldsOverManyCalls) {
   for (OneBitScale kind : {OneBitScale::mean_abs, OneBitScale::l2}) {
     const int n = 3, calls = 60;
     const size_t count = 1001;
-    testing::SignSim sim(n, count);
+    testing::SignSim sim(n, count, {100, 700, count});
     std::vector<double> sum_out(count, 0), sum_mean(count, 0), mag(count, 0);
     for (int c = 0; c < calls; ++c) {
       for (int r = 0; r < n; ++r)
