@@ -200,6 +200,27 @@ std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 
 
 std::string mib(double bytes) { return fmt("%.1f MiB", bytes / 1048576.0); }
 
+// Per-stage numbers of a 1-bit Adam run; nothing for other runs.
+void compute_onebit(const std::vector<StepRecord>& recs, ReportData& r) {
+  for (size_t k = 0; k < r.onebit_stages.size(); ++k) {
+    std::vector<StepRecord> in;
+    for (const StepRecord& s : recs)
+      if (s.stage && size_t(*s.stage) == k) in.push_back(s);
+    if (in.empty()) continue;
+    r.onebit = true;
+    OneBitStageStats& st = r.onebit_stages[k];
+    st.steps = int(in.size());
+    st.step_ms_p50 = percentile(collect(in, [](const StepRecord& s) { return s.time_ms.step; }), 0.5);
+    st.sent_bytes_p50 =
+        percentile(collect(in, [](const StepRecord& s) { return double(s.comm_sent_bytes); }), 0.5);
+    const std::vector<double> err = collect(in, [](const StepRecord& s) { return s.compression_error; });
+    st.compression_error_p50 = err.empty() ? kNaN : percentile(err, 0.5);
+  }
+  const auto& w = r.onebit_stages[size_t(OneBitStage::warmup)];
+  const auto& c = r.onebit_stages[size_t(OneBitStage::compressed)];
+  r.onebit_volume_ratio = w.sent_bytes_p50 > 0 && c.steps > 0 ? c.sent_bytes_p50 / w.sent_bytes_p50 : kNaN;
+}
+
 void run_rules(ReportData& r) {
   const Config* cfg = r.has_config ? &r.config : nullptr;
   auto fire = [&](const char* id, std::string evidence, std::string advice) {
@@ -210,7 +231,13 @@ void run_rules(ReportData& r) {
     if (cfg) advice += fmt(" (now %g)", cfg->comm.bucket_mb);
     advice += ", `comm.overlap: true`";
     if (cfg) advice += cfg->comm.overlap ? " (already on)" : " (now off)";
-    advice += "; 1-bit compressed momentum (`optimizer.name: onebit_adam`) is not built yet";
+    if (cfg && cfg->optimizer.name == OptimizerKind::onebit_adam)
+      advice += "; 1-bit Adam is on: its compressed stage sends ~1/32 of the bytes, so a large "
+                "share points to the warm-up (a smaller `optimizer.onebit.freeze_step`, now " +
+                std::to_string(cfg->optimizer.onebit.freeze_step) + ") or to link latency";
+    else
+      advice += "; or 1-bit Adam (`optimizer.name: onebit_adam`): ~1/32 of the bytes after its "
+                "warm-up (docs/optim.md)";
     fire("comm_exposed",
          fmt("exposed communication %.1f%% of step > %.0f%% (comm in flight %.1f%%, overlap "
              "%.1f%%)",
@@ -349,6 +376,7 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
   compute_throughput(steady, summary, r);
   compute_ranks(steady, r);
   compute_loss_and_memory(recs, summary, r);
+  compute_onebit(recs, r);
 
   if (machine.ram_bytes > 0) r.memory_limit_bytes = machine.ram_bytes / r.world;
   if (machine.mem_bandwidth_gbs > 0 && r.peak_gflops > 0)

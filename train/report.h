@@ -6,11 +6,13 @@
 // measures the machine, then prints text or one JSON object.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "optim/onebit_adam.h"
 
 namespace ringstep {
 
@@ -50,6 +52,14 @@ struct RooflineRow {
   double intensity = 0;          // FLOP/byte
   double attainable_gflops = 0;  // min(peak, intensity x bandwidth); 0 if bandwidth unknown
   std::string bound;             // "compute" | "bandwidth" | "unknown"
+};
+
+// 1-bit Adam: one stage's records (all of them, skipped steps included).
+struct OneBitStageStats {
+  int steps = 0;
+  double step_ms_p50 = 0;
+  double sent_bytes_p50 = 0;         // comm_sent_bytes per rank per step
+  double compression_error_p50 = 0;  // NaN in the warm-up
 };
 
 // A fired diagnosis rule: its id (docs/logs.md), the numbers that fired it, what to try.
@@ -101,6 +111,9 @@ struct ReportData {
   double activations_estimate_bytes = 0;
   double memory_limit_bytes = 0;  // physical RAM / world; 0 = unknown
 
+  bool onebit = false;                             // records carry a 1-bit Adam stage
+  std::array<OneBitStageStats, 2> onebit_stages{};  // indexed by OneBitStage
+  double onebit_volume_ratio = 0;  // compressed / warm-up sent bytes; NaN if a stage is missing
   bool has_config = false;
   Config config;  // RUN_DIR/config.yaml when has_config
   MachineInfo machine;
