@@ -1,6 +1,7 @@
 #include "comm/sign_allreduce.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -8,6 +9,11 @@
 
 namespace ringstep {
 namespace {
+
+// Sums run in this many independent lanes (element i in lane i mod kLanes), combined in lane
+// order at the end: a fixed order, so results are reproducible, that the compiler can
+// vectorise.
+constexpr size_t kLanes = 16;
 
 // Where everything lies. A message is [fp32 scale per segment | chunk/8 packed bytes],
 // rounded up to whole 16-bit words (the transport moves 16-bit words; the pad byte is 0).
@@ -57,12 +63,49 @@ float scale_at(const std::byte* block, size_t k) {
 // Bit i of a message's packed chunk (i relative to the chunk's first element).
 bool negative_bit(const uint8_t* bits, size_t i) { return (bits[i / 8] >> (i % 8)) & 1u; }
 
+// +S, or -S where BIT is set (the sign code's value), without a branch.
+inline float signed_scale(float s, unsigned bit) {
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(s) ^ (uint32_t(bit) << 31));
+}
+
+// OUT[i] += (kAdd) or = the code's value +-S, for elements [b, e) of the packed BITS.
+// Whole bytes go eight at a time.
+template <bool kAdd>
+void apply_code(const uint8_t* bits, size_t b, size_t e, float s, float* out) {
+  auto put = [&](size_t i, unsigned bit) {
+    const float v = signed_scale(s, bit);
+    out[i] = kAdd ? out[i] + v : v;
+  };
+  size_t i = b;
+  for (; i < e && i % 8 != 0; ++i) put(i, negative_bit(bits, i));
+  for (; i + 8 <= e; i += 8) {
+    const unsigned byte = bits[i / 8];
+    for (unsigned k = 0; k < 8; ++k) put(i + k, (byte >> k) & 1u);
+  }
+  for (; i < e; ++i) put(i, negative_bit(bits, i));
+}
+
 // Z[0, n) -= s sign(Z), the error the sign code leaves; adds ||Z||^2 to SQ_NORM and the
-// new error's squared norm to SQ_ERR.
+// new error's squared norm to SQ_ERR (statistics: summed in kLanes float lanes).
 void keep_error(float* z, size_t n, float s, double& sq_norm, double& sq_err) {
-  for (size_t i = 0; i < n; ++i) {
+  float norm[kLanes] = {}, err[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) {
+      const float v = z[i + k];
+      norm[k] += v * v;
+      const float e = v - signed_scale(s, v < 0);
+      err[k] += e * e;
+      z[i + k] = e;
+    }
+  }
+  for (size_t k = 0; k < kLanes; ++k) {
+    sq_norm += norm[k];
+    sq_err += err[k];
+  }
+  for (; i < n; ++i) {
     sq_norm += double(z[i]) * double(z[i]);
-    z[i] = z[i] - (z[i] < 0 ? -s : s);
+    z[i] = z[i] - signed_scale(s, z[i] < 0);
     sq_err += double(z[i]) * double(z[i]);
   }
 }
@@ -97,9 +140,7 @@ void serve_chunk(const std::byte* const* in, int nranks, const Layout& L, Shard 
   for (int q = 0; q < nranks; ++q) {
     const auto* bits = reinterpret_cast<const uint8_t*>(in[q] + L.scale_bytes);
     L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
-      const float s = scale_at(in[q], k);
-      for (size_t i = b - c.offset; i < end - c.offset; ++i)
-        acc[i] += negative_bit(bits, i) ? -s : s;
+      apply_code<true>(bits, b - c.offset, end - c.offset, scale_at(in[q], k), acc.data());
     });
   }
   const float n = float(nranks);
@@ -118,8 +159,7 @@ void serve_chunk(const std::byte* const* in, int nranks, const Layout& L, Shard 
 void decode_chunk(const std::byte* block, const Layout& L, Shard c, float* x) {
   const auto* bits = reinterpret_cast<const uint8_t*>(block + L.scale_bytes);
   L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
-    const float s = scale_at(block, k);
-    for (size_t i = b; i < end; ++i) x[i] = negative_bit(bits, i - c.offset) ? -s : s;
+    apply_code<false>(bits, b - c.offset, end - c.offset, scale_at(block, k), x + c.offset);
   });
 }
 
@@ -145,27 +185,37 @@ void exchange(Communicator& comm, Out&& out, std::byte* in, size_t block_bytes, 
 }  // namespace
 
 void pack_signs(const float* x, size_t n, uint8_t* out) {
-  for (size_t b = 0; b < (n + 7) / 8; ++b) {
+  size_t b = 0;
+  for (; b < n / 8; ++b) {
     unsigned byte = 0;
-    const size_t end = std::min(n, b * 8 + 8);
-    for (size_t i = b * 8; i < end; ++i) byte |= unsigned(x[i] < 0) << (i % 8);
+    for (unsigned k = 0; k < 8; ++k) byte |= unsigned(x[b * 8 + k] < 0) << k;
+    out[b] = uint8_t(byte);
+  }
+  if (n % 8 != 0) {
+    unsigned byte = 0;
+    for (size_t i = b * 8; i < n; ++i) byte |= unsigned(x[i] < 0) << (i % 8);
     out[b] = uint8_t(byte);
   }
 }
 
 void unpack_signs(const uint8_t* in, size_t n, float scale, float* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = negative_bit(in, i) ? -scale : scale;
+  for (size_t i = 0; i < n; ++i) out[i] = signed_scale(scale, negative_bit(in, i));
 }
 
 float sign_scale(const float* z, size_t n, OneBitScale kind) {
   if (n == 0) return 0.0f;
+  const bool abs = kind == OneBitScale::mean_abs;
+  double lane[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t k = 0; k < kLanes; ++k) {
+      const double v = z[i + k];
+      lane[k] += abs ? std::fabs(v) : v * v;
+    }
   double sum = 0;
-  if (kind == OneBitScale::mean_abs) {
-    for (size_t i = 0; i < n; ++i) sum += std::fabs(double(z[i]));
-    return float(sum / double(n));
-  }
-  for (size_t i = 0; i < n; ++i) sum += double(z[i]) * double(z[i]);
-  return float(std::sqrt(sum / double(n)));
+  for (double l : lane) sum += l;
+  for (; i < n; ++i) sum += abs ? std::fabs(double(z[i])) : double(z[i]) * double(z[i]);
+  return abs ? float(sum / double(n)) : float(std::sqrt(sum / double(n)));
 }
 
 size_t sign_chunk_elems(size_t count, int nranks) {

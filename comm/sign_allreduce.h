@@ -26,7 +26,8 @@
 //                         buffers were 0.
 //
 // Scales are over the real (unpadded) elements of what is compressed, summed in double in
-// index order and rounded to fp32: mean_abs = mean |z|, the s minimising ||z - s sign z||_2;
+// a fixed order (element i in lane i mod 16, lanes combined in order, then the tail) and
+// rounded to fp32: mean_abs = mean |z|, the s minimising ||z - s sign z||_2;
 // l2 = ||z||_2 / sqrt(n), DeepSpeed's. A chunk with no real element has scale 0.
 // Transport: our own point-to-point messages (two exchanges with every peer; no MPI
 // collective), each [fp32 scale | packed chunk] moved as raw 16-bit words.
