@@ -54,20 +54,20 @@ const Config& checked(const Config& cfg, int world) {
   return cfg;
 }
 
+AdamWParams adamw_params(const Config& cfg) {
+  return {cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
+          cfg.train.weight_decay};
+}
+
 }  // namespace
 
 TrainState::TrainState(const Registry& params, const Config& cfg,
                        std::unique_ptr<DataSource> train_data)
-    : optimizer(params, {cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
-                         cfg.train.weight_decay}),
-      scaler(cfg.precision),
-      data(std::move(train_data)) {
+    : optimizer(params, adamw_params(cfg)), scaler(cfg.precision), data(std::move(train_data)) {
+  const OneBitConfig& ob = cfg.optimizer.onebit;
   if (cfg.optimizer.name == OptimizerKind::onebit_adam)
-    onebit = std::make_unique<OneBitAdam>(
-        optimizer, params,
-        AdamWParams{cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
-                    cfg.train.weight_decay},
-        OneBitParams{cfg.optimizer.onebit.freeze_step, cfg.optimizer.onebit.scale});
+    onebit = std::make_unique<OneBitAdam>(optimizer, params, adamw_params(cfg),
+                                          OneBitParams{ob.freeze_step, ob.scale});
 }
 
 Trainer::Trainer(const Config& cfg, Communicator* comm)
@@ -163,8 +163,10 @@ Trainer::StepResult Trainer::step() {
     loss_sum += micro_batch(micro, traced, !compressed);
   s.loss = loss_sum / cfg_.train.grad_accum_steps;
   const int64_t wait_start = timer_.mark();
-  if (!compressed) s.comm = sync_.finish();  // waits; gradients averaged over ranks
-  if (traced && !compressed) trace_comm(s.comm, wait_start);
+  if (!compressed) {
+    s.comm = sync_.finish();  // waits; gradients averaged over ranks
+    if (traced) trace_comm(s.comm, wait_start);
+  }
 
   // Agreed before anything of this step is sent in the compressed stage.
   const int bad_rank = unscale_and_agree(traced, s.loss);
