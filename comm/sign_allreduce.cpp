@@ -245,16 +245,17 @@ SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
   std::byte* gathered = a.data() + all_bytes;
 
   compress_worker(x, worker_error, L, n, kind, send, st);
-  exchange(comm, [&](int j) { return send + size_t(j) * L.block_bytes; }, b.data(), L.block_bytes,
-           tag);
+  exchange(
+      comm, [&](int j) { return send + size_t(j) * L.block_bytes; }, b.data(), L.block_bytes, tag);
   std::vector<const std::byte*> in(static_cast<size_t>(n));
-  for (int q = 0; q < n; ++q) in[size_t(q)] = (q == r ? send : b.data()) + size_t(q) * L.block_bytes;
+  for (int q = 0; q < n; ++q)
+    in[size_t(q)] = (q == r ? send : b.data()) + size_t(q) * L.block_bytes;
 
   thread_local std::vector<float> acc;
   std::byte* own = gathered + size_t(r) * L.block_bytes;
   serve_chunk(in.data(), n, L, L.real(r), server_error, kind, own, acc);
-  exchange(comm, [&](int) { return static_cast<const std::byte*>(own); }, gathered, L.block_bytes,
-           tag);
+  exchange(
+      comm, [&](int) { return static_cast<const std::byte*>(own); }, gathered, L.block_bytes, tag);
 
   for (int j = 0; j < n; ++j) decode_chunk(gathered + size_t(j) * L.block_bytes, L, L.real(j), x);
   st.bytes_sent = 2 * size_t(n - 1) * L.block_bytes;

@@ -55,9 +55,9 @@ float sign_scale(const float* z, size_t n, OneBitScale kind);
 size_t sign_chunk_elems(size_t count, int nranks);
 
 struct SignAllreduceStats {
-  size_t bytes_sent = 0;     // this rank's point-to-point payload, both phases
-  double worker_sq_err = 0;  // ||z - s_w sign z||^2 of this rank's worker stage
-  double worker_sq_norm = 0; // ||z||^2
+  size_t bytes_sent = 0;      // this rank's point-to-point payload, both phases
+  double worker_sq_err = 0;   // ||z - s_w sign z||^2 of this rank's worker stage
+  double worker_sq_norm = 0;  // ||z||^2
 };
 
 // X[0, count) = the compressed mean above, identical on every rank. SEGMENT_ENDS are the

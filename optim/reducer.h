@@ -17,9 +17,9 @@ namespace ringstep {
 
 // What one sign_average call did on this rank.
 struct SignExchange {
-  size_t bytes_sent = 0;     // point-to-point payload this rank sent
-  double worker_sq_err = 0;  // ||z - s sign z||^2 of the vector this rank compressed
-  double worker_sq_norm = 0; // ||z||^2, z = buf + worker_error
+  size_t bytes_sent = 0;      // point-to-point payload this rank sent
+  double worker_sq_err = 0;   // ||z - s sign z||^2 of the vector this rank compressed
+  double worker_sq_norm = 0;  // ||z||^2, z = buf + worker_error
 };
 
 class Reducer {
@@ -36,8 +36,8 @@ class Reducer {
   // server error buffers), the same bits on every rank. n is the length of the buffers
   // the reducer was set up for (the parameters); WORKER_ERROR and SERVER_ERROR hold n
   // elements each, this rank's, laid out like buf, updated in place.
-  virtual SignExchange sign_average(float* buf, float* worker_error, float* server_error,
-                                    size_t n, OneBitScale scale) = 0;
+  virtual SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
+                                    OneBitScale scale) = 0;
 };
 
 }  // namespace ringstep

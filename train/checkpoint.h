@@ -44,9 +44,9 @@ std::string find_resume_checkpoint(const Config& cfg, bool warn);
 
 // Loads the checkpoint at DIR into PARAMS and STATE (step, moments, Adam's step count,
 // scaler, this rank's data position, this rank's 1-bit Adam error buffers: zero, with a
-// warning, when the checkpoint was saved with another world size). Throws InputError when it does not verify or was
-// written for another model shape, dtype or optimizer (the message names what differs).
-// With another world size, every rank seeks to rank 0's saved position (docs/formats.md).
+// warning, when the checkpoint was saved with another world size). Throws InputError when it does
+// not verify or was written for another model shape, dtype or optimizer (the message names what
+// differs). With another world size, every rank seeks to rank 0's saved position (docs/formats.md).
 void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int world,
                      FlatBuffer& params, TrainState& state);
 

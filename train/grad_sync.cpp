@@ -145,11 +145,11 @@ SignExchange GradSync::sign_average(float* buf, float* worker_error, float* serv
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& k = buckets_[b];
     const size_t len = k.end - k.begin;
-    handles.push_back(engine_->enqueue({"sign_allreduce", b, len, DType::f32}, [=, &stats](
-                                                                                 Communicator& c) {
-      stats[b] = sign_allreduce(c, buf + k.begin, len, k.tensor_ends, worker_error + k.begin,
-                                server_error + k.begin, scale);
-    }));
+    handles.push_back(
+        engine_->enqueue({"sign_allreduce", b, len, DType::f32}, [=, &stats](Communicator& c) {
+          stats[b] = sign_allreduce(c, buf + k.begin, len, k.tensor_ends, worker_error + k.begin,
+                                    server_error + k.begin, scale);
+        }));
   }
   for (const CommHandle& h : handles) h.wait();
   exchange_wait_ms_ += ms_since(t0);

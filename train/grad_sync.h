@@ -93,8 +93,8 @@ class GradSync final : public Reducer {
   int first_rank(bool flag);
   void average(float* buf, size_t n) override;
   // One sign_allreduce per bucket, queued on the engine back to back and waited for; one
-  // scale per tensor (comm/sign_allreduce.h's segments are the registry's tensors). Its spans and wait are the step's communication: collect them
-  // with take_exchange().
+  // scale per tensor (comm/sign_allreduce.h's segments are the registry's tensors). Its spans and
+  // wait are the step's communication: collect them with take_exchange().
   SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
                             OneBitScale scale) override;
   // The communication of the sign_average calls since the last take_exchange(): comm_ms

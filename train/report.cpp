@@ -210,15 +210,18 @@ void compute_onebit(const std::vector<StepRecord>& recs, ReportData& r) {
     r.onebit = true;
     OneBitStageStats& st = r.onebit_stages[k];
     st.steps = int(in.size());
-    st.step_ms_p50 = percentile(collect(in, [](const StepRecord& s) { return s.time_ms.step; }), 0.5);
+    st.step_ms_p50 =
+        percentile(collect(in, [](const StepRecord& s) { return s.time_ms.step; }), 0.5);
     st.sent_bytes_p50 =
         percentile(collect(in, [](const StepRecord& s) { return double(s.comm_sent_bytes); }), 0.5);
-    const std::vector<double> err = collect(in, [](const StepRecord& s) { return s.compression_error; });
+    const std::vector<double> err =
+        collect(in, [](const StepRecord& s) { return s.compression_error; });
     st.compression_error_p50 = err.empty() ? kNaN : percentile(err, 0.5);
   }
   const auto& w = r.onebit_stages[size_t(OneBitStage::warmup)];
   const auto& c = r.onebit_stages[size_t(OneBitStage::compressed)];
-  r.onebit_volume_ratio = w.sent_bytes_p50 > 0 && c.steps > 0 ? c.sent_bytes_p50 / w.sent_bytes_p50 : kNaN;
+  r.onebit_volume_ratio =
+      w.sent_bytes_p50 > 0 && c.steps > 0 ? c.sent_bytes_p50 / w.sent_bytes_p50 : kNaN;
 }
 
 void run_rules(ReportData& r) {
@@ -232,12 +235,14 @@ void run_rules(ReportData& r) {
     advice += ", `comm.overlap: true`";
     if (cfg) advice += cfg->comm.overlap ? " (already on)" : " (now off)";
     if (cfg && cfg->optimizer.name == OptimizerKind::onebit_adam)
-      advice += "; 1-bit Adam is on: its compressed stage sends ~1/32 of the bytes, so a large "
-                "share points to the warm-up (a smaller `optimizer.onebit.freeze_step`, now " +
-                std::to_string(cfg->optimizer.onebit.freeze_step) + ") or to link latency";
+      advice +=
+          "; 1-bit Adam is on: its compressed stage sends ~1/32 of the bytes, so a large "
+          "share points to the warm-up (a smaller `optimizer.onebit.freeze_step`, now " +
+          std::to_string(cfg->optimizer.onebit.freeze_step) + ") or to link latency";
     else
-      advice += "; or 1-bit Adam (`optimizer.name: onebit_adam`): ~1/32 of the bytes after its "
-                "warm-up (docs/optim.md)";
+      advice +=
+          "; or 1-bit Adam (`optimizer.name: onebit_adam`): ~1/32 of the bytes after its "
+          "warm-up (docs/optim.md)";
     fire("comm_exposed",
          fmt("exposed communication %.1f%% of step > %.0f%% (comm in flight %.1f%%, overlap "
              "%.1f%%)",

@@ -111,7 +111,7 @@ struct ReportData {
   double activations_estimate_bytes = 0;
   double memory_limit_bytes = 0;  // physical RAM / world; 0 = unknown
 
-  bool onebit = false;                             // records carry a 1-bit Adam stage
+  bool onebit = false;                              // records carry a 1-bit Adam stage
   std::array<OneBitStageStats, 2> onebit_stages{};  // indexed by OneBitStage
   double onebit_volume_ratio = 0;  // compressed / warm-up sent bytes; NaN if a stage is missing
   bool has_config = false;

@@ -59,7 +59,7 @@ struct StepRecord {
   double tokens_per_s = 0;
   double model_gflops = 0;  // per rank
   double mfu = 0;
-  double hardware_gflops = 0;  // per rank, recomputed forward included
+  double hardware_gflops = 0;    // per rank, recomputed forward included
   uint64_t comm_bytes = 0;       // payload reduced (fp32 bytes of the buffers)
   uint64_t comm_sent_bytes = 0;  // what rank 0 put on the links (docs/logs.md)
   double comm_busbw_gbs = 0;

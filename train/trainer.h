@@ -55,12 +55,12 @@ struct TrainingStopped : std::runtime_error {
 struct TrainState {
   TrainState(const Registry& params, const Config& cfg, std::unique_ptr<DataSource> train_data);
 
-  int step = 0;                      // optimizer steps done, applied or skipped
-  AdamW optimizer;                   // moments and Adam's step count (applied steps only)
+  int step = 0;                        // optimizer steps done, applied or skipped
+  AdamW optimizer;                     // moments and Adam's step count (applied steps only)
   std::unique_ptr<OneBitAdam> onebit;  // optimizer.name onebit_adam: error buffers; uses
                                        // `optimizer` for its moments and warm-up
-  LossScaler scaler;                 // scale, hysteresis and skip counters
-  std::unique_ptr<DataSource> data;  // this rank's training stream
+  LossScaler scaler;                   // scale, hysteresis and skip counters
+  std::unique_ptr<DataSource> data;    // this rank's training stream
 };
 
 class Trainer {

@@ -465,9 +465,9 @@ TEST(Config, OneBitScaleTypoNamesTheNearestAndFreezeStepIsAtLeastOne) {
             "did you mean 'mean_abs'?");
   EXPECT_NE(error_of("", {"optimizer.onebit.freeze_step=0"}).find(">= 1"), std::string::npos)
       << error_of("", {"optimizer.onebit.freeze_step=0"});
-  EXPECT_EQ(parse("", {"optimizer.name=onebit_adam", "optimizer.onebit.scale=l2"})
-                .optimizer.onebit.scale,
-            OneBitScale::l2);
+  EXPECT_EQ(
+      parse("", {"optimizer.name=onebit_adam", "optimizer.onebit.scale=l2"}).optimizer.onebit.scale,
+      OneBitScale::l2);
 }
 
 TEST(Config, EmittedYamlListsEveryKeyInDesignOrder) {
