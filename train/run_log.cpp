@@ -132,7 +132,7 @@ void print_header(const Config& cfg, const RunFacts& f, const Gpt& model,
   std::printf("  compute    %d ranks, %d threads/rank, %s, peak %.1f GFLOP/s/rank (%s)\n", f.world,
               f.threads, blas_description().c_str(), f.peak_gflops, f.peak_source.c_str());
   std::printf(
-      "  memory     params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, activation arena "
+      "  memory     params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activation arena "
       "%.2f MiB reserved\n",
       f.param_bytes / kMiB, f.param_bytes / kMiB, f.optimizer_bytes / kMiB, f.arena_bytes / kMiB);
   print_precision_header(cfg, model, scaler);
