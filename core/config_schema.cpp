@@ -343,11 +343,11 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(recompute.policy), choice<RecomputePolicy>(), "activation recomputation: none, every block, every k-th block, attention only"),
   key(KEY(recompute.k), number<int>(at_least(1)), "for every_k: recompute blocks whose index is a multiple of k"),
 
-  key(KEY(optimizer.name), choice<OptimizerKind>({OptimizerKind::onebit_adam}), "optimizer"),
+  key(KEY(optimizer.name), choice<OptimizerKind>(), "adamw, or 1-bit Adam: AdamW for freeze_step steps, then 1-bit compressed momentum exchange (docs/optim.md)"),
   key(KEY(optimizer.betas), pair(in('[', 0, 1, ')')), "Adam beta1, beta2"),
   key(KEY(optimizer.eps), number<double>(above(0)), "Adam epsilon"),
-  key(KEY(optimizer.onebit.freeze_step), number<int>(at_least(0)), "1-bit Adam: full-precision warmup steps before the variance freezes"),
-  key(KEY(optimizer.onebit.scale), choice<OneBitScale>(), "1-bit Adam: per-chunk scale of the sign vector"),
+  key(KEY(optimizer.onebit.freeze_step), number<int>(at_least(1)), "1-bit Adam: AdamW steps on averaged gradients before the variance freezes (DeepSpeed advises 15-25% of train.steps)"),
+  key(KEY(optimizer.onebit.scale), choice<OneBitScale>(), "1-bit Adam: scale of the sign code, one per tensor per message; mean_abs = mean absolute value (least L2 error, the default), l2 = L2 norm / sqrt(n) (DeepSpeed)"),
 
   key(KEY(comm.backend), choice<CommBackend>({CommBackend::nccl}), "transport"),
   key(KEY(comm.allreduce), choice<AllreduceAlgo>(), "ring = ringstep's ring AllReduce; native = the library's"),

@@ -1,7 +1,7 @@
 // What an optimizer sees of data parallelism, so that optim/ never links comm/. The trainer
 // hands one to whatever needs ranks to agree: the loss scaler's skip flag (any_rank), and
-// an optimizer that exchanges its own state (a compressed momentum exchange, as 1-bit Adam
-// would make) or averages gradients itself (average).
+// an optimizer that exchanges its own state (1-bit Adam's compressed momentum exchange,
+// sign_average) or averages gradients itself (average).
 //
 // Contract: every method but world() is a collective. Every rank calls it, in the same
 // order, with the same n; it blocks until the result is in place, and every rank gets the
@@ -11,7 +11,16 @@
 
 #include <cstddef>
 
+#include "core/config.h"  // OneBitScale
+
 namespace ringstep {
+
+// What one sign_average call did on this rank.
+struct SignExchange {
+  size_t bytes_sent = 0;      // point-to-point payload this rank sent
+  double worker_sq_err = 0;   // ||z - s sign z||^2 of the vector this rank compressed
+  double worker_sq_norm = 0;  // ||z||^2, z = buf + worker_error
+};
 
 class Reducer {
  public:
@@ -22,6 +31,13 @@ class Reducer {
   virtual void average(float* buf, size_t n) = 0;
   // True on every rank if FLAG is true on any rank.
   virtual bool any_rank(bool flag) = 0;
+  // buf[0, n) = the 1-bit compressed mean over ranks of buf[0, n) with error feedback
+  // (comm/sign_allreduce.h: one bit per element and one scale per message, worker and
+  // server error buffers), the same bits on every rank. n is the length of the buffers
+  // the reducer was set up for (the parameters); WORKER_ERROR and SERVER_ERROR hold n
+  // elements each, this rank's, laid out like buf, updated in place.
+  virtual SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
+                                    OneBitScale scale) = 0;
 };
 
 }  // namespace ringstep

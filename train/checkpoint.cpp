@@ -100,9 +100,9 @@ json state_json(const TrainState& state, const std::vector<uint64_t>& positions)
           {"data_positions", positions}};
 }
 
-// Writes every file into DIR, fsynced, then manifest.json (the commit marker) and DIR.
-void write_files(const fs::path& dir, const Config& cfg, const FlatBuffer& params,
-                 const TrainState& state, const std::vector<uint64_t>& positions, int world) {
+// Writes the files every rank shares into DIR, fsynced; returns their manifest entries.
+json write_shared(const fs::path& dir, const Config& cfg, const FlatBuffer& params,
+                  const TrainState& state, const std::vector<uint64_t>& positions) {
   const std::string state_text = state_json(state, positions).dump(2) + "\n";
   const std::string config_text = config_to_yaml(cfg);
   const std::string_view contents[] = {bytes_of(params), bytes_of(state.optimizer.m()),
@@ -113,10 +113,25 @@ void write_files(const fs::path& dir, const Config& cfg, const FlatBuffer& param
     files[kFiles[i]] = {{"bytes", contents[i].size()},
                         {"xxh3_64", hex64(xxh3_64(contents[i].data(), contents[i].size()))}};
   }
+  return files;
+}
+
+// 1-bit Adam's error buffers of this rank (worker, then server), which differ per rank.
+std::string rank_file(int rank) { return "onebit-rank-" + std::to_string(rank) + ".bin"; }
+
+std::string error_bytes(const OneBitAdam& ob) {
+  std::string bytes(bytes_of(ob.worker_error()));
+  bytes += bytes_of(ob.server_error());
+  return bytes;
+}
+
+// manifest.json (the commit marker), then DIR.
+void write_manifest(const fs::path& dir, const Config& cfg, const json& files, int step,
+                    size_t param_count, int world) {
   const json manifest = {{"format_version", kCheckpointFormatVersion},
-                         {"step", state.step},
+                         {"step", step},
                          {"world_size", world},
-                         {"compatibility", compatibility(cfg, params.size())},
+                         {"compatibility", compatibility(cfg, param_count)},
                          {"files", files}};
   write_synced(dir / kManifest, manifest.dump(2) + "\n");
   sync_dir(dir);
@@ -136,18 +151,32 @@ std::vector<std::pair<long, fs::path>> list_checkpoints(const fs::path& dir) {
   return found;
 }
 
-// Rank 0's part of save_checkpoint: write, commit by rename, prune.
-void write_and_commit(const fs::path& final_dir, const Config& cfg, const FlatBuffer& params,
-                      const TrainState& state, const std::vector<uint64_t>& positions, int world) {
+// Rank 0's commit: rename DIR.tmp to DIR, then prune.
+void commit(const fs::path& final_dir, int keep) {
   const fs::path tmp = final_dir.string() + ".tmp";
-  fs::remove_all(tmp);  // left by a run that died while writing
-  fs::create_directories(tmp);
-  write_files(tmp, cfg, params, state, positions, world);
   fs::remove_all(final_dir);  // a step saved again (resumed with resume: never)
   fs::rename(tmp, final_dir);
   sync_dir(final_dir.parent_path());
   const auto all = list_checkpoints(final_dir.parent_path());
-  for (size_t i = size_t(cfg.checkpoint.keep); i < all.size(); ++i) fs::remove_all(all[i].second);
+  for (size_t i = size_t(keep); i < all.size(); ++i) fs::remove_all(all[i].second);
+}
+
+// Runs F (on the ranks where RUN is true), then agrees: throws on every rank, naming what
+// failed, if F threw on any rank.
+template <class F>
+void on_ranks(GradSync& sync, bool run, const fs::path& dir, F&& f) {
+  std::string error;
+  if (run) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (error.empty()) error = "unknown error";
+    }
+  }
+  if (sync.any_rank(!error.empty()))
+    throw std::runtime_error("cannot save checkpoint '" + dir.string() +
+                             "': " + (error.empty() ? "another rank failed" : error));
 }
 
 std::string read_whole(const fs::path& path) {
@@ -168,8 +197,11 @@ json verify(const fs::path& dir) {
     if (version > kCheckpointFormatVersion || version < 1)
       throw InputError(where + "format version " + std::to_string(version) +
                        ", this build reads version " + std::to_string(kCheckpointFormatVersion));
-    for (const char* file : kFiles) {
-      const json& entry = manifest.at("files").at(file);
+    const json& listed = manifest.at("files");
+    for (const char* file : kFiles) listed.at(file);  // every shared file must be listed
+    for (const auto& [file, entry] : listed.items()) {
+      if (file.find('/') != std::string::npos || file == "..")
+        throw InputError(where + "manifest.json lists '" + file + "', not a file name");
       const std::string bytes = read_whole(dir / file);
       const size_t expected = entry.at("bytes").get<size_t>();
       if (bytes.size() != expected)
@@ -213,6 +245,31 @@ void read_into(const fs::path& path, FlatBuffer& buf) {
   std::memcpy(buf.data(), bytes.data(), bytes.size());
 }
 
+// This rank's 1-bit Adam error buffers from DIR; with another world size (or none saved)
+// they start from zero, with a warning on rank 0 once the compressed stage has begun.
+void load_onebit_errors(const fs::path& dir, const json& manifest, int rank, int world,
+                        OneBitAdam& ob, int64_t adam_steps) {
+  const int saved_world = manifest.value("world_size", 0);
+  const fs::path file = dir / rank_file(rank);
+  if (saved_world == world && fs::is_regular_file(file)) {
+    const std::string bytes = read_whole(file);
+    const size_t half = ob.worker_error().bytes();
+    if (bytes.size() != 2 * half)
+      throw InputError("'" + file.string() + "' has " + std::to_string(bytes.size()) +
+                       " bytes, expected " + std::to_string(2 * half));
+    std::memcpy(ob.worker_error().data(), bytes.data(), half);
+    std::memcpy(ob.server_error().data(), bytes.data() + half, half);
+    return;
+  }
+  ob.reset_errors();
+  if (rank == 0 && adam_steps >= ob.params().freeze_step)
+    std::fprintf(stderr,
+                 "ringstep: warning: checkpoint '%s' was saved by %d ranks, this run has %d: "
+                 "1-bit Adam's worker and server error buffers start from zero (what they "
+                 "held is lost; expect a small bump in the loss)\n",
+                 dir.c_str(), saved_world, world);
+}
+
 }  // namespace
 
 std::string checkpoints_dir(const Config& cfg) { return cfg.run.out_dir + "/checkpoints"; }
@@ -222,19 +279,25 @@ std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const T
   // Every rank's position is in hand before rank 0 commits: the rename waits for all.
   const std::vector<uint64_t> positions = sync.gather(state.data->position());
   const fs::path dir = fs::path(checkpoints_dir(cfg)) / ("step-" + std::to_string(state.step));
-  std::string error;
-  if (sync.rank() == 0) {
-    try {
-      write_and_commit(dir, cfg, params, state, positions, sync.world());
-    } catch (const std::exception& e) {
-      error = e.what();
-      if (error.empty()) error = "unknown error";
-    }
+  const fs::path tmp = dir.string() + ".tmp";
+  const bool lead = sync.rank() == 0;
+  json files;
+  on_ranks(sync, lead, dir, [&] {
+    fs::remove_all(tmp);  // left by a run that died while writing
+    fs::create_directories(tmp);
+    files = write_shared(tmp, cfg, params, state, positions);
+  });
+  if (state.onebit) {  // each rank writes its own error buffers into the directory rank 0 made
+    const std::string bytes = error_bytes(*state.onebit);
+    on_ranks(sync, true, dir, [&] { write_synced(tmp / rank_file(sync.rank()), bytes); });
+    const std::vector<uint64_t> hashes = sync.gather(fnv1a64(bytes.data(), bytes.size()));
+    for (int r = 0; r < sync.world(); ++r)
+      files[rank_file(r)] = {{"bytes", bytes.size()}, {"fnv1a64", hex64(hashes[r])}};
   }
-  // Nobody goes on (or reads checkpoints/) before the commit, and a failure stops all.
-  if (sync.any_rank(!error.empty()))
-    throw std::runtime_error("cannot save checkpoint '" + dir.string() +
-                             "': " + (error.empty() ? "rank 0 failed" : error));
+  on_ranks(sync, lead, dir, [&] {
+    write_manifest(tmp, cfg, files, state.step, params.size(), sync.world());
+    commit(dir, cfg.checkpoint.keep);
+  });
   return dir.string();
 }
 
@@ -290,7 +353,9 @@ void load_checkpoint_params(const std::string& dir, const Config& cfg, FlatBuffe
 
 void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int world,
                      FlatBuffer& params, TrainState& state) {
-  load_checkpoint_params(dir, cfg, params);
+  const json manifest = verify(dir);
+  check_compatible(manifest, cfg, params.size(), dir);
+  read_into(fs::path(dir) / kParams, params);
   read_into(fs::path(dir) / kAdamM, state.optimizer.m());
   read_into(fs::path(dir) / kAdamV, state.optimizer.v());
   try {
@@ -317,6 +382,8 @@ void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int wo
   } catch (const std::out_of_range&) {
     throw InputError("checkpoint '" + dir + "': " + kState + " lists no data position");
   }
+  if (state.onebit)
+    load_onebit_errors(dir, manifest, rank, world, *state.onebit, state.optimizer.step_count());
 }
 
 void check_run_dir_free(const Config& cfg) {

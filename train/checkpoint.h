@@ -2,6 +2,7 @@
 // parameters, AdamW's moments and step count, the loss scaler's state, the step, every
 // rank's data-stream position and the effective config; manifest.json, written last, lists
 // every file with its size and FNV-1a 64 checksum and is what makes a checkpoint exist.
+// 1-bit Adam's error buffers differ per rank: each rank writes its own file into it.
 // A run resumed from step N is bit-identical, from step N + 1 on, to one that never
 // stopped (same config and world size). Rank 0 writes; every rank reads (the run directory
 // must be on a file system every rank sees).
@@ -46,9 +47,10 @@ std::string newest_checkpoint(const std::string& checkpoints, bool warn);
 std::string find_resume_checkpoint(const Config& cfg, bool warn);
 
 // Loads the checkpoint at DIR into PARAMS and STATE (step, moments, Adam's step count,
-// scaler, this rank's data position). Throws InputError when it does not verify or was
-// written for another model shape, dtype or optimizer (the message names what differs).
-// With another world size, every rank seeks to rank 0's saved position (docs/formats.md).
+// scaler, this rank's data position, this rank's 1-bit Adam error buffers: zero, with a
+// warning, when the checkpoint was saved with another world size). Throws InputError when it does
+// not verify or was written for another model shape, dtype or optimizer (the message names what
+// differs). With another world size, every rank seeks to rank 0's saved position (docs/formats.md).
 void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int world,
                      FlatBuffer& params, TrainState& state);
 

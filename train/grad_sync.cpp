@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "comm/communicator.h"
 #include "comm/engine.h"
+#include "comm/sign_allreduce.h"
 #include "core/checksum.h"
 #include "core/stats.h"
 #include "models/gpt.h"
@@ -21,13 +24,23 @@ std::vector<Bucket> make_buckets(const std::vector<std::pair<size_t, size_t>>& u
     const bool start_new =
         out.empty() || (out.back().end - out.back().begin) * sizeof(float) >= bucket_bytes;
     if (start_new) {
-      out.push_back({b, e, u, u});
+      out.push_back({b, e, u, u, {}});
     } else {  // units come in backward order: each sits just below the previous one
       out.back().begin = b;
       out.back().last_unit = u;
     }
   }
   return out;
+}
+
+void cut_at_tensors(std::vector<Bucket>& buckets, std::vector<size_t> tensor_starts) {
+  std::sort(tensor_starts.begin(), tensor_starts.end());
+  for (Bucket& k : buckets) {
+    k.tensor_ends.clear();
+    for (size_t start : tensor_starts)
+      if (start > k.begin && start < k.end) k.tensor_ends.push_back(start - k.begin);
+    k.tensor_ends.push_back(k.end - k.begin);
+  }
 }
 
 struct GradSync::Pending {
@@ -60,6 +73,9 @@ void GradSync::setup(Gpt& model) {
   }
   units.push_back({0, n_layers_ > 0 ? model.layer_range(0).first : total});
   buckets_ = make_buckets(units, size_t(cfg_.bucket_mb * 1024 * 1024));
+  std::vector<size_t> starts;
+  for (const TensorInfo& t : model.registry().tensors()) starts.push_back(t.offset);
+  cut_at_tensors(buckets_, starts);
   bucket_of_unit_.assign(units.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (int u = buckets_[b].first_unit; u <= buckets_[b].last_unit; ++u)
@@ -94,7 +110,14 @@ GradSync::Result GradSync::finish() {
     p->handle.wait();
     p->enqueued = false;
   }
-  r.exposed_ms = ms_since(t0);
+  r = collect_spans(ms_since(t0));
+  r.sent_bytes = size_t(double(r.bytes) * 2.0 * (world_ - 1) / world_);
+  return r;
+}
+
+GradSync::Result GradSync::collect_spans(double exposed_ms) {
+  Result r;
+  r.exposed_ms = exposed_ms;
   // In flight = the union of the collectives' spans (they run one at a time, in order).
   int64_t covered_end = 0;
   double in_flight_ns = 0;
@@ -106,6 +129,45 @@ GradSync::Result GradSync::finish() {
     r.spans.push_back(s);
   }
   r.comm_ms = in_flight_ns / 1e6;
+  return r;
+}
+
+SignExchange GradSync::sign_average(float* buf, float* worker_error, float* server_error, size_t n,
+                                    OneBitScale scale) {
+  SignExchange total;
+  if (world_ == 1) return total;
+  if (buckets_.empty() || n != buckets_.front().end)
+    throw std::logic_error("sign_average: " + std::to_string(n) +
+                           " elements, not the parameters GradSync was set up for");
+  const auto t0 = SteadyClock::now();
+  std::vector<SignAllreduceStats> stats(buckets_.size());
+  std::vector<CommHandle> handles;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& k = buckets_[b];
+    const size_t len = k.end - k.begin;
+    handles.push_back(
+        engine_->enqueue({"sign_allreduce", b, len, DType::f32}, [=, &stats](Communicator& c) {
+          stats[b] = sign_allreduce(c, buf + k.begin, len, k.tensor_ends, worker_error + k.begin,
+                                    server_error + k.begin, scale);
+        }));
+  }
+  for (const CommHandle& h : handles) h.wait();
+  exchange_wait_ms_ += ms_since(t0);
+  for (const SignAllreduceStats& s : stats) {
+    total.bytes_sent += s.bytes_sent;
+    total.worker_sq_err += s.worker_sq_err;
+    total.worker_sq_norm += s.worker_sq_norm;
+  }
+  exchange_sent_bytes_ += total.bytes_sent;
+  return total;
+}
+
+GradSync::Result GradSync::take_exchange() {
+  Result r;
+  if (world_ > 1) r = collect_spans(exchange_wait_ms_);
+  r.sent_bytes = exchange_sent_bytes_;
+  exchange_wait_ms_ = 0;
+  exchange_sent_bytes_ = 0;
   return r;
 }
 
@@ -137,6 +199,7 @@ namespace {
 struct RankStep {
   PhaseTimes times;
   double loss = 0;
+  double sq_err = 0, sq_norm = 0;  // of the step's sign_average, if any
 };
 
 Spread spread_of(std::vector<double> v) {
@@ -146,9 +209,10 @@ Spread spread_of(std::vector<double> v) {
 
 }  // namespace
 
-GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {
+GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local,
+                                   const SignExchange& exchange) {
   std::vector<RankStep> all(world_);
-  all[rank_] = {local, double(loss)};
+  all[rank_] = {local, double(loss), exchange.worker_sq_err, exchange.worker_sq_norm};
   if (world_ > 1) {
     wait_bookkeeping(engine_->enqueue(
         {"allgather_bytes", kStepViewTag, world_ * sizeof(RankStep), DType::f32},
@@ -157,13 +221,16 @@ GradSync::StepView GradSync::agree(float loss, const PhaseTimes& local) {
   StepView v;
   RanksBlock& k = v.ranks;
   k.world = world_;
-  double loss_sum = 0;
+  double loss_sum = 0, sq_err = 0, sq_norm = 0;
   k.slowest = 0;
   for (int r = 0; r < world_; ++r) {
     loss_sum += all[r].loss;
+    sq_err += all[r].sq_err;
+    sq_norm += all[r].sq_norm;
     if (all[r].times.step > all[k.slowest].times.step) k.slowest = r;
   }
   v.mean_loss = float(loss_sum / world_);
+  v.compression_error = sq_norm > 0 ? std::sqrt(sq_err / sq_norm) : NAN;
   v.slowest = all[k.slowest].times;
   // Per phase, across ranks: where a slow rank loses its time.
   for (size_t f = 0; f < kPhaseFields.size(); ++f) {

@@ -5,7 +5,8 @@
 // computing. finish() waits for all of them; gradients come back averaged over ranks.
 // Also the small per-step agreements the trainer needs: mean loss, every rank's phase
 // times for the `ranks` block, the loss scaler's skip flag and the replica checksum; and
-// the Reducer an optimizer is handed (optim/reducer.h). With one rank every call is
+// the Reducer an optimizer is handed (optim/reducer.h), whose sign_average runs 1-bit Adam's
+// compressed exchange bucket by bucket (comm/sign_allreduce.h). With one rank every call is
 // local and costs nothing. Used by the training thread only.
 #pragma once
 
@@ -29,12 +30,16 @@ class Gpt;
 struct Bucket {
   size_t begin = 0, end = 0;          // element range of the flat gradient buffer
   int first_unit = 0, last_unit = 0;  // units (in backward order) it holds
+  std::vector<size_t> tensor_ends;    // relative to begin: where each tensor's part ends
+                                      // (padding goes with the tensor before it)
 };
 
 // Buckets over units given in backward order, each a contiguous range adjacent to the
 // previous one; consecutive units are merged until a bucket holds >= bucket_bytes.
 std::vector<Bucket> make_buckets(const std::vector<std::pair<size_t, size_t>>& units,
                                  size_t bucket_bytes);
+// Fills each bucket's tensor_ends from the tensors' first elements (TENSOR_STARTS, any order).
+void cut_at_tensors(std::vector<Bucket>& buckets, std::vector<size_t> tensor_starts);
 
 class GradSync final : public Reducer {
  public:
@@ -48,11 +53,14 @@ class GradSync final : public Reducer {
     kAnyRankTag,                       // any_rank(), first_rank()
     kAverageTag,                       // average()
   };
+  // sign_average() runs bucket b as op "sign_allreduce" with tag b (its own (op, tag) pairs).
 
   struct Result {
     double comm_ms = 0;           // time collectives were in flight (union of their spans)
     double exposed_ms = 0;        // time the training thread waited on them
     size_t bytes = 0;             // payload bytes reduced this step on this rank
+    size_t sent_bytes = 0;        // bytes this rank put on the links: 2(N-1)/N x bytes for an
+                                  // fp32 AllReduce (the ring's volume), exact for sign_average
     std::vector<CommSpan> spans;  // the step's gradient collectives, for the trace
   };
   // What every rank learns about a step from every rank.
@@ -61,6 +69,8 @@ class GradSync final : public Reducer {
     PhaseTimes slowest;  // the phases of the slowest rank
     RanksBlock ranks;
     double straggler_ratio = 0;  // ranks.straggler's busy time over the median, if any
+    // sqrt(sum of ranks' ||z - s sign z||^2 / sum of ||z||^2); NaN when nothing was compressed.
+    double compression_error = 0;
   };
 
   GradSync(Communicator* comm, const CommConfig& cfg);
@@ -72,7 +82,8 @@ class GradSync final : public Reducer {
   // rank or when comm.overlap is false.
   std::function<void(int)> layer_hook();
   Result finish();
-  StepView agree(float loss, const PhaseTimes& local);
+  // Every rank's loss, phases and (1-bit Adam) compression error sums → what every rank learns.
+  StepView agree(float loss, const PhaseTimes& local, const SignExchange& exchange = {});
   // Reducer: blocking collectives on the engine, outside the bucket accounting (their time
   // is the caller's phase, not finish()'s comm_ms). any_rank is first_rank() >= 0
   // (the loss scaler's inf/NaN agreement); average runs the configured comm.allreduce
@@ -81,6 +92,14 @@ class GradSync final : public Reducer {
   // The lowest rank whose FLAG is true (an AllReduce MIN), or -1: who saw a fault first.
   int first_rank(bool flag);
   void average(float* buf, size_t n) override;
+  // One sign_allreduce per bucket, queued on the engine back to back and waited for; one
+  // scale per tensor (comm/sign_allreduce.h's segments are the registry's tensors). Its spans and
+  // wait are the step's communication: collect them with take_exchange().
+  SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
+                            OneBitScale scale) override;
+  // The communication of the sign_average calls since the last take_exchange(): comm_ms
+  // from their spans, exposed_ms the time the training thread waited for them.
+  Result take_exchange();
   // VALUE of every rank, in rank order (an allgather); every rank must call it.
   std::vector<uint64_t> gather(uint64_t value);
   // Compares a checksum of every rank's parameters; throws CommError naming the ranks
@@ -93,6 +112,7 @@ class GradSync final : public Reducer {
   // Fills VIEW's busy-time fields and straggler from every rank's busy time (kStraggler*).
   void find_straggler(const std::vector<double>& busy, StepView& view);
   void wait_bookkeeping(const CommHandle& handle);  // waits, and drops its span
+  Result collect_spans(double exposed_ms);          // the engine's spans since the last drain
 
   Communicator* comm_;
   CommConfig cfg_;
@@ -105,6 +125,8 @@ class GradSync final : public Reducer {
   struct Pending;
   std::vector<std::unique_ptr<Pending>> pending_;
   std::vector<int> straggler_streak_;  // consecutive steps each rank was over the ratio
+  double exchange_wait_ms_ = 0;        // sign_average waits since the last take_exchange
+  size_t exchange_sent_bytes_ = 0;
 };
 
 }  // namespace ringstep

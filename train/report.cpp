@@ -176,12 +176,23 @@ void compute_comm(const std::vector<StepRecord>& steady, ReportData& r) {
                                     }),
                             0.5);
   // percentile() of no values is 0: unknown.
-  c.busbw_gbs = percentile(collect(steady, [](const StepRecord& s) { return s.comm_busbw_gbs > 0 ? s.comm_busbw_gbs : kNaN; }), 0.5);
-  c.busy_ms_max = percentile(collect(steady, [](const StepRecord& s) { return s.ranks.world > 1 ? s.ranks.busy_ms_max : kNaN; }), 0.5);
-  c.busy_ms_median = percentile(collect(steady, [](const StepRecord& s) { return s.ranks.world > 1 ? s.ranks.busy_ms_median : kNaN; }), 0.5);
+  c.busbw_gbs = percentile(
+      collect(steady,
+              [](const StepRecord& s) { return s.comm_busbw_gbs > 0 ? s.comm_busbw_gbs : kNaN; }),
+      0.5);
+  c.busy_ms_max = percentile(
+      collect(steady,
+              [](const StepRecord& s) { return s.ranks.world > 1 ? s.ranks.busy_ms_max : kNaN; }),
+      0.5);
+  c.busy_ms_median = percentile(collect(steady,
+                                        [](const StepRecord& s) {
+                                          return s.ranks.world > 1 ? s.ranks.busy_ms_median : kNaN;
+                                        }),
+                                0.5);
   c.straggler_count.assign(size_t(r.world), 0);
   for (const StepRecord& s : steady)
-    if (s.ranks.straggler >= 0 && s.ranks.straggler < r.world) ++c.straggler_count[size_t(s.ranks.straggler)];
+    if (s.ranks.straggler >= 0 && s.ranks.straggler < r.world)
+      ++c.straggler_count[size_t(s.ranks.straggler)];
   if (!r.has_config) return;
   const Config& cfg = r.config;
   c.buckets = gradient_buckets(cfg.model, cfg.comm.bucket_mb);
@@ -210,6 +221,30 @@ void compute_loss_and_memory(const std::vector<StepRecord>& recs, const json& su
     r.activations_peak_bytes = std::max(r.activations_peak_bytes, s.mem_bytes.activations_peak);
   r.activations_peak_bytes = std::max(
       r.activations_peak_bytes, uint64_t(json_number_or(summary, "activations_peak_bytes", 0)));
+}
+
+// Per-stage numbers of a 1-bit Adam run; nothing for other runs.
+void compute_onebit(const std::vector<StepRecord>& recs, ReportData& r) {
+  for (size_t k = 0; k < r.onebit_stages.size(); ++k) {
+    std::vector<StepRecord> in;
+    for (const StepRecord& s : recs)
+      if (s.stage && size_t(*s.stage) == k) in.push_back(s);
+    if (in.empty()) continue;
+    r.onebit = true;
+    OneBitStageStats& st = r.onebit_stages[k];
+    st.steps = int(in.size());
+    st.step_ms_p50 =
+        percentile(collect(in, [](const StepRecord& s) { return s.time_ms.step; }), 0.5);
+    st.sent_bytes_p50 =
+        percentile(collect(in, [](const StepRecord& s) { return double(s.comm_sent_bytes); }), 0.5);
+    const std::vector<double> err =
+        collect(in, [](const StepRecord& s) { return s.compression_error; });
+    st.compression_error_p50 = err.empty() ? kNaN : percentile(err, 0.5);
+  }
+  const auto& w = r.onebit_stages[size_t(OneBitStage::warmup)];
+  const auto& c = r.onebit_stages[size_t(OneBitStage::compressed)];
+  r.onebit_volume_ratio =
+      w.sent_bytes_p50 > 0 && c.steps > 0 ? c.sent_bytes_p50 / w.sent_bytes_p50 : kNaN;
 }
 
 }  // namespace
@@ -283,12 +318,14 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
   compute_throughput(steady, summary, r);
   compute_ranks(steady, r);
   compute_loss_and_memory(recs, summary, r);
+  compute_onebit(recs, r);
 
   if (machine.ram_bytes > 0) r.memory_limit_bytes = machine.ram_bytes / r.world;
   if (r.has_config && r.config.run.memory_limit_mb > 0)
-    r.memory_limit_bytes = r.memory_limit_bytes > 0
-                               ? std::min(r.memory_limit_bytes, r.config.run.memory_limit_mb * 1048576.0)
-                               : r.config.run.memory_limit_mb * 1048576.0;
+    r.memory_limit_bytes =
+        r.memory_limit_bytes > 0
+            ? std::min(r.memory_limit_bytes, r.config.run.memory_limit_mb * 1048576.0)
+            : r.config.run.memory_limit_mb * 1048576.0;
   if (machine.mem_bandwidth_gbs > 0 && r.peak_gflops > 0)
     r.machine_balance = r.peak_gflops / machine.mem_bandwidth_gbs;
   if (r.has_config) {
@@ -298,11 +335,11 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
     r.activations_estimate_bytes = activation_estimate_bytes(r.config);
   }
   compute_comm(steady, r);
-  measured_roofline(std::any_of(steady.begin(), steady.end(),
-                                [](const StepRecord& s) { return !s.ops.empty(); })
-                        ? steady
-                        : recs,
-                    r.peak_gflops, machine.mem_bandwidth_gbs, r);
+  measured_roofline(
+      std::any_of(steady.begin(), steady.end(), [](const StepRecord& s) { return !s.ops.empty(); })
+          ? steady
+          : recs,
+      r.peak_gflops, machine.mem_bandwidth_gbs, r);
   run_rules(r);
   return r;
 }

@@ -6,12 +6,14 @@
 // measures the machine, then prints text or one JSON object.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "core/op_profile.h"
+#include "optim/onebit_adam.h"
 #include "train/step_record.h"
 
 namespace ringstep {
@@ -54,6 +56,14 @@ struct RooflineRow {
   std::string bound;             // "compute" | "bandwidth" | "unknown"
 };
 
+// 1-bit Adam: one stage's records (all of them, skipped steps included).
+struct OneBitStageStats {
+  int steps = 0;
+  double step_ms_p50 = 0;
+  double sent_bytes_p50 = 0;         // comm_sent_bytes per rank per step
+  double compression_error_p50 = 0;  // NaN in the warm-up
+};
+
 // One op of the measured roofline: its mean per op-timed step (rank 0's ops), what that
 // achieves, and how close it comes to the time its bound allows (docs/metrics.md).
 struct OpRow {
@@ -81,11 +91,11 @@ struct Finding {
 
 // Communication numbers the rules reason from (steady steps; 0 or NaN = unknown).
 struct CommFacts {
-  int buckets = 0;            // gradient buckets of the config's model at comm.bucket_mb
-  double grad_mib = 0;        // gradient buffer
-  double exposed_ms = 0;      // median over steps of the least comm_exposed of any rank
-  double busbw_gbs = 0;       // median achieved bus bandwidth (docs/metrics.md)
-  double link_gbs = 0;        // comm.link.bandwidth_gbps / 8; 0 = not emulated
+  int buckets = 0;                   // gradient buckets of the config's model at comm.bucket_mb
+  double grad_mib = 0;               // gradient buffer
+  double exposed_ms = 0;             // median over steps of the least comm_exposed of any rank
+  double busbw_gbs = 0;              // median achieved bus bandwidth (docs/metrics.md)
+  double link_gbs = 0;               // comm.link.bandwidth_gbps / 8; 0 = not emulated
   std::vector<int> straggler_count;  // per rank: steady steps that named it a straggler
   double busy_ms_max = 0, busy_ms_median = 0;  // medians over the steady steps
 };
@@ -132,14 +142,17 @@ struct ReportData {
   double activations_estimate_bytes = 0;
   double memory_limit_bytes = 0;  // physical RAM / world; 0 = unknown
 
+  bool onebit = false;                              // records carry a 1-bit Adam stage
+  std::array<OneBitStageStats, 2> onebit_stages{};  // indexed by OneBitStage
+  double onebit_volume_ratio = 0;  // compressed / warm-up sent bytes; NaN if a stage is missing
   bool has_config = false;
   Config config;  // RUN_DIR/config.yaml when has_config
   MachineInfo machine;
   double machine_balance = 0;  // peak GFLOP/s / bandwidth GB/s, FLOP/byte; 0 = unknown
   int64_t roofline_rows = 0;   // N = micro_batch x seq_len
   std::vector<RooflineRow> roofline;
-  int op_steps = 0;          // records with ops the measured roofline averages
-  std::vector<OpRow> ops;    // the measured roofline, longest first
+  int op_steps = 0;        // records with ops the measured roofline averages
+  std::vector<OpRow> ops;  // the measured roofline, longest first
   CommFacts comm;
 
   std::vector<Finding> findings;

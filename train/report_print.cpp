@@ -83,6 +83,28 @@ void print_time(const ReportData& r, Text& t) {
   t.line("skipped      %d of %d steps (%.1f%%)", r.skipped_steps, r.steps, r.skipped_pct);
 }
 
+// 1-bit Adam's two stages side by side (docs/optim.md).
+void print_onebit(const ReportData& r, Text& t) {
+  if (!r.onebit) return;
+  for (size_t k = 0; k < r.onebit_stages.size(); ++k) {
+    const OneBitStageStats& s = r.onebit_stages[k];
+    if (s.steps == 0) continue;
+    std::string line = "1-bit Adam   " + std::string(name(OneBitStage(k))) + ": " +
+                       plural(s.steps, "step") + ", step p50 ";
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%.1f ms, sent %sB/rank/step", s.step_ms_p50,
+                  human_count(s.sent_bytes_p50).c_str());
+    line += buf;
+    if (std::isfinite(s.compression_error_p50)) {
+      std::snprintf(buf, sizeof buf, ", compression error p50 %.3f", s.compression_error_p50);
+      line += buf;
+    }
+    t.line("%s", line.c_str());
+  }
+  if (std::isfinite(r.onebit_volume_ratio))
+    t.line("             compressed / warm-up bytes sent: 1/%.1f", 1 / r.onebit_volume_ratio);
+}
+
 void print_loss_memory_ranks(const ReportData& r, Text& t) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "loss         final %.4f", r.final_loss);
@@ -232,6 +254,7 @@ std::string report_text(const ReportData& r) {
       r.threads > 0 ? plural(r.threads, "thread").c_str() : "? threads", r.first_steady_step,
       r.last_step, plural(r.warmup_excluded, "step").c_str());
   print_time(r, t);
+  print_onebit(r, t);
   print_loss_memory_ranks(r, t);
   print_roofline(r, t);
   print_measured_roofline(r, t);
@@ -267,6 +290,18 @@ std::string report_json(const ReportData& r) {
                      {"peak_gflops", positive(r.peak_gflops)},
                      {"mfu", r.peak_gflops > 0 ? ojson(r.mfu) : ojson(nullptr)}};
   j["skipped"] = {{"steps", r.skipped_steps}, {"pct", r.skipped_pct}};
+  if (r.onebit) {
+    ojson ob;
+    for (size_t k = 0; k < r.onebit_stages.size(); ++k) {
+      const OneBitStageStats& s = r.onebit_stages[k];
+      ob[name(OneBitStage(k))] = {{"steps", s.steps},
+                                  {"step_ms_p50", s.step_ms_p50},
+                                  {"sent_bytes_p50", s.sent_bytes_p50},
+                                  {"compression_error_p50", known(s.compression_error_p50)}};
+    }
+    ob["volume_ratio"] = known(r.onebit_volume_ratio);
+    j["onebit"] = ob;
+  }
   j["loss"] = {{"final", r.final_loss},
                {"val", known(r.final_val_loss)},
                {"floor", known(r.entropy_floor)},

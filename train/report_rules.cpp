@@ -24,12 +24,12 @@ constexpr double kNoOverlap = 0.1;      // overlap below this is none
 constexpr double kGoodOverlap = 0.5;    // overlap at or above this is good
 constexpr int kFewBuckets = 2;
 constexpr int kWantBuckets = 4;
-constexpr double kLinkBoundFrac = 0.5;  // busbw / link at which the link is the limit
+constexpr double kLinkBoundFrac = 0.5;   // busbw / link at which the link is the limit
 constexpr double kActivationFrac = 0.8;  // activation peak / memory limit
 constexpr double kSpreadRatio = 1.2;     // p90 / p50
 constexpr double kLowMfu = 0.4;
-constexpr double kComputePct = 70;    // forward + backward + optimizer, % of step
-constexpr int64_t kMinRows = 512;     // rows of a matrix product below which kernels starve
+constexpr double kComputePct = 70;      // forward + backward + optimizer, % of step
+constexpr int64_t kMinRows = 512;       // rows of a matrix product below which kernels starve
 constexpr double kFarBelowBound = 0.1;  // an op at less than this of its roofline bound
 constexpr double kOpSharePct = 10;      // ... that takes at least this much of the ops' time
 constexpr double kMemoryBoundPct = 50;  // bandwidth-bound ops, % of the ops' time
@@ -56,17 +56,6 @@ std::string setting(const char* key, double v) { return key + fmt("=%g", v); }
 bool is_product(Op op) {
   return op == Op::qkv || op == Op::attn_proj || op == Op::mlp_fc || op == Op::mlp_proj ||
          op == Op::lm_head || op == Op::attention;
-}
-
-// Whether this build accepts optimizer.name: onebit_adam (the schema refuses it until it
-// is built), so that the advice is right before and after it lands.
-bool onebit_adam_built() {
-  try {
-    parse_config("", "probe", {"optimizer.name=onebit_adam"});
-    return true;
-  } catch (const InputError&) {
-    return false;
-  }
 }
 
 struct Rules {
@@ -157,31 +146,34 @@ void Rules::communication() {
          {setting("comm.bucket_mb", mb)});
   } else if (overlap >= kGoodOverlap) {
     std::string link = c.link_gbs > 0 ? fmt(" = %.0f%% of the emulated link's %.3g GB/s",
-                                             100 * c.busbw_gbs / c.link_gbs, c.link_gbs)
-                                       : " (link not emulated: compare with `ringstep bench "
-                                         "allreduce`)";
-    const std::string evidence = seen + fmt(": achieved bus bandwidth %.3g GB/s", c.busbw_gbs) + link;
+                                            100 * c.busbw_gbs / c.link_gbs, c.link_gbs)
+                                      : " (link not emulated: compare with `ringstep bench "
+                                        "allreduce`)";
+    const std::string evidence =
+        seen + fmt(": achieved bus bandwidth %.3g GB/s", c.busbw_gbs) + link;
     if (cfg && c.link_gbs > 0 && c.busbw_gbs < kLinkBoundFrac * c.link_gbs) {
       fire("comm_bandwidth", evidence,
            "the reduction does not reach the link: its messages are too small for the "
            "per-message cost; larger buckets send fewer, longer messages",
            {setting("comm.bucket_mb", 2 * cfg->comm.bucket_mb)});
-    } else if (onebit_adam_built()) {
+    } else if (cfg && cfg->optimizer.name == OptimizerKind::onebit_adam) {
+      const int freeze = cfg->optimizer.onebit.freeze_step;
       fire("comm_bandwidth", evidence,
-           "the link is the limit and overlap already hides what it can: send fewer bytes. "
-           "1-bit Adam sends the sign of the momentum (about 1/32 of the bytes) after "
-           "optimizer.onebit.freeze_step full-precision steps",
-           {"optimizer.name=onebit_adam"});
+           "the link is the limit with 1-bit Adam already on: its compressed stage sends about "
+           "1/32 of the bytes, so the exposed time is its full-precision warm-up (fewer "
+           "warm-up steps) or the link's latency",
+           {fmt("optimizer.onebit.freeze_step=%g", std::max(1, freeze / 2))});
     } else {
       fire("comm_bandwidth", evidence,
            "the link is the limit and overlap already hides what it can: send fewer bytes. "
-           "1-bit Adam (`optimizer.name: onebit_adam`, about 1/32 of the bytes) is not in "
-           "this build yet; until then a faster link, or more work per reduction "
-           "(train.grad_accum_steps)");
+           "1-bit Adam sends the sign of the momentum (about 1/32 of the bytes) after "
+           "optimizer.onebit.freeze_step full-precision steps (docs/optim.md)",
+           {"optimizer.name=onebit_adam"});
     }
   } else if (exposed > kExposedCommPct) {
-    fire("comm_exposed", fmt("exposed communication %.1f%% of step > %.0f%% (", exposed,
-                             kExposedCommPct) + seen + ")",
+    fire("comm_exposed",
+         fmt("exposed communication %.1f%% of step > %.0f%% (", exposed, kExposedCommPct) + seen +
+             ")",
          "no single cause: overlap is partial. Compare comm.bucket_mb" +
              (cfg ? fmt(" (now %g, %g buckets)", cfg->comm.bucket_mb, c.buckets) : "") +
              " with the link's speed (`ringstep bench allreduce`); 1-bit Adam "
@@ -210,11 +202,13 @@ void Rules::memory() {
   } else if (cfg && cfg->train.micro_batch % 2 == 0) {
     sets = {setting("train.micro_batch", cfg->train.micro_batch / 2.0),
             setting("train.grad_accum_steps", cfg->train.grad_accum_steps * 2.0)};
-    advice = "recomputation is already full: halve the micro-batch and accumulate twice as "
-             "many (same global batch)";
+    advice =
+        "recomputation is already full: halve the micro-batch and accumulate twice as "
+        "many (same global batch)";
   } else {
-    advice = "turn on `recompute.policy: full`, or a smaller `train.micro_batch` with more "
-             "`train.grad_accum_steps`";
+    advice =
+        "turn on `recompute.policy: full`, or a smaller `train.micro_batch` with more "
+        "`train.grad_accum_steps`";
   }
   fire("activation_memory",
        "activation peak " + mib(peak) + " = " + fmt("%.1f%%", 100 * peak / limit) + " of " +
@@ -272,12 +266,14 @@ void Rules::slow_op() {
   if (fired("micro_batch")) return;  // the batch, not the op
   const OpRow* worst = nullptr;
   for (const OpRow& o : r.ops)
-    if (o.bound_ms > 0 && o.share_pct >= kOpSharePct && (!worst || o.bound_frac < worst->bound_frac))
+    if (o.bound_ms > 0 && o.share_pct >= kOpSharePct &&
+        (!worst || o.bound_frac < worst->bound_frac))
       worst = &o;
   if (!worst || worst->bound_frac >= kFarBelowBound) return;
   const OpRow& o = *worst;
   std::vector<std::string> sets;
-  std::string advice = std::string("optimise ") + name(o.op) + " first: it is the op furthest below its bound";
+  std::string advice =
+      std::string("optimise ") + name(o.op) + " first: it is the op furthest below its bound";
   if (cfg && cfg->precision.dtype == DType::f32 && is_product(o.op)) {
     sets = {"precision.dtype=bf16"};
     advice += "; in bf16 products and attention run on the 16-bit kernels (docs/perf.md)";
@@ -298,7 +294,8 @@ void Rules::memory_bound() {
   for (const OpRow& o : r.ops) {
     if (o.bound != "bandwidth") continue;
     pct += o.share_pct;
-    if (o.share_pct >= 5) which += std::string(which.empty() ? "" : ", ") + name(o.phase) + " " + name(o.op);
+    if (o.share_pct >= 5)
+      which += std::string(which.empty() ? "" : ", ") + name(o.phase) + " " + name(o.op);
   }
   if (pct <= kMemoryBoundPct) return;
   const bool fp32 = cfg && cfg->precision.dtype == DType::f32;
@@ -325,12 +322,11 @@ void Rules::straggler_rule() {
                           r.max_over_median, kStragglerRatio);
   if (c.busy_ms_median > 0)
     evidence += fmt(": busy %.1f ms per step against the median rank's %.1f ms (+%.0f%%)",
-                    c.busy_ms_max, c.busy_ms_median,
-                    100 * (c.busy_ms_max / c.busy_ms_median - 1));
-  std::string advice = fmt(
-      "rank %g is a straggler and every other rank waits for it in the reduction: check its "
-      "host (load, CPU frequency, thread count, binding) and its link",
-      rank);
+                    c.busy_ms_max, c.busy_ms_median, 100 * (c.busy_ms_max / c.busy_ms_median - 1));
+  std::string advice =
+      fmt("rank %g is a straggler and every other rank waits for it in the reduction: check its "
+          "host (load, CPU frequency, thread count, binding) and its link",
+          rank);
   std::vector<std::string> sets;
   if (cfg && cfg->profile.inject_delay_ms > 0 && rank == r.world - 1) {
     advice += fmt("; this run injects %g ms per step on it (profile.inject_delay_ms, a test knob)",
@@ -347,9 +343,10 @@ void Rules::input_pipeline() {
       "read from a local disk, or prefetch the next batch";
   std::vector<std::string> sets;
   if (cfg && cfg->profile.inject_data_delay_ms > 0) {
-    advice += fmt("; this run injects %g ms per micro-batch (profile.inject_data_delay_ms, a "
-                  "test knob)",
-                  cfg->profile.inject_data_delay_ms);
+    advice +=
+        fmt("; this run injects %g ms per micro-batch (profile.inject_data_delay_ms, a "
+            "test knob)",
+            cfg->profile.inject_data_delay_ms);
     sets = {"profile.inject_data_delay_ms=0"};
   }
   fire("input_pipeline", fmt("data %.1f%% of step > %.0f%%", r.pct.data, kDataPct), advice, sets);
@@ -360,10 +357,11 @@ void Rules::loss_scale() {
   std::string advice = "the loss scale overflows too often";
   std::vector<std::string> sets;
   if (cfg && cfg->precision.dtype == DType::f16) {
-    advice += ": bf16 has fp32's exponent range and needs no loss scaling; to stay in fp16, "
-              "a lower `precision.loss_scale.initial` and a longer `growth_interval`" +
-              fmt(" (now %g and %g)", cfg->precision.loss_scale.initial,
-                  cfg->precision.loss_scale.growth_interval);
+    advice +=
+        ": bf16 has fp32's exponent range and needs no loss scaling; to stay in fp16, "
+        "a lower `precision.loss_scale.initial` and a longer `growth_interval`" +
+        fmt(" (now %g and %g)", cfg->precision.loss_scale.initial,
+            cfg->precision.loss_scale.growth_interval);
     sets = {"precision.dtype=bf16"};
   } else {
     advice += ": a lower `precision.loss_scale.initial`, a longer `growth_interval`";

@@ -9,6 +9,7 @@
 #include "core/stats.h"
 #include "models/gpt.h"
 #include "optim/loss_scaler.h"
+#include "optim/onebit_adam.h"
 #include "train/report.h"
 #include "train/run_dir.h"
 
@@ -91,6 +92,18 @@ void print_comm_and_trace(const Config& cfg, const RunFacts& f) {
   if (!f.trace_note.empty()) std::printf("  warning    %s\n", f.trace_note.c_str());
 }
 
+// 1-bit Adam's plan, and what it will not do as asked (optim/onebit_adam.h).
+void print_optimizer_header(const Config& cfg, const RunFacts& f) {
+  if (cfg.optimizer.name != OptimizerKind::onebit_adam) return;
+  const OneBitConfig& ob = cfg.optimizer.onebit;
+  std::printf(
+      "  optimizer  1-bit Adam: AdamW (gradients by %s) for %d steps, then 1-bit momentum "
+      "(own sign transport, scale %s per tensor)\n",
+      name(cfg.comm.allreduce), ob.freeze_step, name(ob.scale));
+  const std::string warning = onebit_warning(cfg, f.world);
+  if (!warning.empty()) std::printf("  warning    %s\n", warning.c_str());
+}
+
 }  // namespace
 
 void RunTotals::add(const PhaseTimes& slowest) {
@@ -133,12 +146,13 @@ void print_header(const Config& cfg, const RunFacts& f, const Gpt& model,
   std::printf("  compute    %d ranks, %d threads/rank, %s, peak %.1f GFLOP/s/rank (%s)\n", f.world,
               f.threads, blas_description().c_str(), f.peak_gflops, f.peak_source.c_str());
   std::printf(
-      "  memory     params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, activation arena "
+      "  memory     params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activation arena "
       "%.2f MiB reserved\n",
       f.param_bytes / kMiB, f.param_bytes / kMiB, f.optimizer_bytes / kMiB, f.arena_bytes / kMiB);
   print_precision_header(cfg, model, scaler);
   const std::string scale_warning = loss_scale_warning(cfg.precision);
   if (!scale_warning.empty()) std::printf("  warning    %s\n", scale_warning.c_str());
+  print_optimizer_header(cfg, f);
   print_comm_and_trace(cfg, f);
   std::printf("  run dir    %s\n", cfg.run.out_dir.c_str());
   std::fflush(stdout);
@@ -161,6 +175,13 @@ void print_step_line(const StepRecord& r, int steps, bool show_scale) {
       "%.1f MiB\n",
       t.optimizer, t.comm, t.comm_exposed, human_count(r.tokens_per_s).c_str(), r.model_gflops,
       100 * r.mfu, r.mem_bytes.activations_peak / kMiB);
+  if (r.stage) {
+    std::printf("    1-bit Adam %s | sent %sB/rank", name(*r.stage),
+                human_count(double(r.comm_sent_bytes)).c_str());
+    if (!std::isnan(r.compression_error))
+      std::printf(" | compression error %.3f", r.compression_error);
+    std::printf("\n");
+  }
   std::fflush(stdout);
 }
 

@@ -118,7 +118,11 @@ ojson to_json(const StepRecord& r) {
   j["mfu"] = round_to(r.mfu, 1e-4);
   j["hardware_gflops"] = round_to(r.hardware_gflops, 1e-3);
   j["comm_bytes"] = r.comm_bytes;
+  j["comm_sent_bytes"] = r.comm_sent_bytes;
   j["comm_busbw_gbs"] = round_to(r.comm_busbw_gbs, 1e-4);
+  if (r.stage) j["stage"] = name(*r.stage);
+  if (!std::isnan(r.compression_error))
+    j["compression_error"] = round_to(r.compression_error, 1e-6);
   j["mem_bytes"] = {{"params", r.mem_bytes.params},
                     {"grads", r.mem_bytes.grads},
                     {"optimizer", r.mem_bytes.optimizer},
@@ -152,7 +156,13 @@ StepRecord step_record_from_json(const json& j, const std::string& where) {
   r.mfu = json_number_or(j, "mfu", 0);
   r.hardware_gflops = json_number_or(j, "hardware_gflops", 0);
   r.comm_bytes = uint64_t(json_number_or(j, "comm_bytes", 0));
+  r.comm_sent_bytes = uint64_t(json_number_or(j, "comm_sent_bytes", 0));
   r.comm_busbw_gbs = json_number_or(j, "comm_busbw_gbs", 0);
+  if (auto st = j.find("stage"); st != j.end() && st->is_string()) {
+    r.stage = find_name<OneBitStage>(st->get<std::string>());
+    if (!r.stage) throw InputError(where + ": unknown stage '" + st->get<std::string>() + "'");
+  }
+  r.compression_error = json_number_or(j, "compression_error", StepRecord::kNaN);
   const json& mem = object_or_empty(j, "mem_bytes");
   r.mem_bytes = {uint64_t(json_number_or(mem, "params", 0)),
                  uint64_t(json_number_or(mem, "grads", 0)),

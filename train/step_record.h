@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "core/op_profile.h"
 #include "core/profiler.h"
+#include "optim/onebit_adam.h"
 
 namespace ringstep {
 
@@ -58,9 +60,12 @@ struct StepRecord {
   double tokens_per_s = 0;
   double model_gflops = 0;  // per rank
   double mfu = 0;
-  double hardware_gflops = 0;  // per rank, recomputed forward included
-  uint64_t comm_bytes = 0;
+  double hardware_gflops = 0;    // per rank, recomputed forward included
+  uint64_t comm_bytes = 0;       // payload reduced (fp32 bytes of the buffers)
+  uint64_t comm_sent_bytes = 0;  // what rank 0 put on the links (docs/logs.md)
   double comm_busbw_gbs = 0;
+  std::optional<OneBitStage> stage;  // 1-bit Adam runs only (key left out otherwise)
+  double compression_error = kNaN;   // ||z - s sign z|| / ||z|| over ranks; NaN: none (left out)
   MemBytes mem_bytes;
   OpProfile ops;  // rank 0's ops on op-timed steps (profile.op_every); empty otherwise
 };

@@ -67,14 +67,21 @@ void inject_delay(double ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
+AdamWParams adamw_params(const Config& cfg) {
+  return {cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
+          cfg.train.weight_decay};
+}
+
 }  // namespace
 
 TrainState::TrainState(const Registry& params, const Config& cfg,
                        std::unique_ptr<DataSource> train_data)
-    : optimizer(params, {cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
-                         cfg.train.weight_decay}),
-      scaler(cfg.precision),
-      data(std::move(train_data)) {}
+    : optimizer(params, adamw_params(cfg)), scaler(cfg.precision), data(std::move(train_data)) {
+  const OneBitConfig& ob = cfg.optimizer.onebit;
+  if (cfg.optimizer.name == OptimizerKind::onebit_adam)
+    onebit = std::make_unique<OneBitAdam>(optimizer, params, adamw_params(cfg),
+                                          OneBitParams{ob.freeze_step, ob.scale});
+}
 
 Trainer::Trainer(const Config& cfg, Communicator* comm)
     : cfg_(cfg),
@@ -119,7 +126,8 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
   f.hw_flops_per_token = f.flops_per_token + model_.recompute_flops_per_token();
   f.tokens_per_step = double(inputs_.size()) * f.world;
   f.param_bytes = model_.params().bytes();
-  f.optimizer_bytes = state_.optimizer.state_bytes();
+  f.optimizer_bytes =
+      state_.optimizer.state_bytes() + (state_.onebit ? state_.onebit->state_bytes() : 0);
   f.arena_bytes = arena_.capacity_bytes();
   f.buckets = sync_.buckets().size();
   if (f.rank == 0) {
@@ -174,7 +182,8 @@ OpPhaseScope Trainer::op_scope(OpPhase phase, bool traced) {
 }
 
 // One optimizer step: accumulate the gradients of grad_accum_steps micro-batches, average
-// them over ranks, unscale and agree on inf/NaN, then update (or skip) and advance.
+// them over ranks (not in 1-bit Adam's compressed stage: each rank keeps its own), unscale
+// and agree on inf/NaN, then update (or skip) and advance.
 Trainer::StepResult Trainer::step() {
   const std::vector<int>& w = facts_.trace_window;
   const int number = state_.step + 1;
@@ -182,27 +191,31 @@ Trainer::StepResult Trainer::step() {
   const int op_every = cfg_.profile.op_every;
   StepResult s;
   ops_ = timer_.enabled() && op_every > 0 && (traced || number % op_every == 0) ? &s.ops : nullptr;
+  if (state_.onebit) s.stage = state_.onebit->stage(facts_.world);
+  const bool compressed = s.stage == OneBitStage::compressed;
   s.loss_scale = state_.scaler.scale();
   timer_.begin_step();
   model_.grads().zero();
   double loss_sum = 0;
   for (int micro = 0; micro < cfg_.train.grad_accum_steps; ++micro)
-    loss_sum += micro_batch(micro, traced);
+    loss_sum += micro_batch(micro, traced, !compressed);
   s.loss = loss_sum / cfg_.train.grad_accum_steps;
   const int64_t wait_start = timer_.mark();
-  s.comm = sync_.finish();  // waits; gradients averaged over ranks
-  if (traced) trace_comm(s.comm, wait_start);
+  if (!compressed) {
+    s.comm = sync_.finish();  // waits; gradients averaged over ranks
+    if (traced) trace_comm(s.comm, wait_start);
+  }
 
+  // Agreed before anything of this step is sent in the compressed stage.
   const int bad_rank = unscale_and_agree(traced, s.loss);
   if (bad_rank >= 0) fault_ = numerical_fault(number, bad_rank);
   s.applied = state_.scaler.update(bad_rank >= 0);
   s.lr = schedule_.at(int(state_.optimizer.step_count()));
-  s.grad_norm = NAN;
-  if (s.applied) {
-    auto ops = op_scope(OpPhase::optimizer, traced);
-    const int64_t t0 = model_.op_clock().begin();
-    s.grad_norm = apply_update(s.lr, traced);
-    model_.op_clock().end(Op::optimizer, t0, update_cost(model_.param_count()));
+  s.grad_norm = s.applied ? timed_update(s.lr, traced, compressed, s.exchange) : NAN;
+  if (compressed) {
+    s.comm = sync_.take_exchange();
+    timer_.add_ms(&PhaseTimes::optimizer, -s.comm.exposed_ms);  // the wait is comm_exposed
+    if (traced) trace_comm(s.comm, 0);
   }
   if (facts_.rank == facts_.world - 1) inject_delay(cfg_.profile.inject_delay_ms);
   if (traced && number == w[1])
@@ -219,12 +232,12 @@ Trainer::StepResult Trainer::step() {
 
 // Forward and backward of micro-batch MICRO; returns its loss. The loss is divided by
 // grad_accum_steps and multiplied by the loss scale (1 unless fp16 scaling is on) before
-// backward; the last micro-batch hands each finished layer to the gradient sync.
-double Trainer::micro_batch(int micro, bool traced) {
+// backward; with HOOK, the last micro-batch hands each finished layer to the gradient sync.
+double Trainer::micro_batch(int micro, bool traced, bool hook) {
   const int B = cfg_.train.micro_batch, T = cfg_.model.seq_len;
   int32_t* in = inputs_.data() + size_t(micro) * B * T;
   int32_t* tg = targets_.data() + size_t(micro) * B * T;
-  const bool last = micro == cfg_.train.grad_accum_steps - 1;
+  const bool last = hook && micro == cfg_.train.grad_accum_steps - 1;
   timed(&PhaseTimes::data, "data", traced, [&] {
     state_.data->next_batch(in, tg, B, T);
     inject_delay(cfg_.profile.inject_data_delay_ms);
@@ -240,6 +253,17 @@ double Trainer::micro_batch(int micro, bool traced) {
   });
   timer_.add_ms(&PhaseTimes::recompute, model_.last_recompute_ms());
   return loss;
+}
+
+// The update (AdamW's, or 1-bit Adam's compressed one, which waits for EXCHANGE's momenta),
+// timed as the optimizer op on an op-timed step; returns the gradient norm.
+double Trainer::timed_update(double lr, bool traced, bool compressed, SignExchange& exchange) {
+  auto ops = op_scope(OpPhase::optimizer, traced);
+  const int64_t t0 = model_.op_clock().begin();
+  const double norm =
+      compressed ? apply_compressed(lr, traced, exchange) : apply_update(lr, traced);
+  model_.op_clock().end(Op::optimizer, t0, update_cost(model_.param_count()));
+  return norm;
 }
 
 // The loss scaler's check (docs/precision.md): unscale and look for inf/NaN in one pass
@@ -281,10 +305,25 @@ double Trainer::apply_update(double lr, bool traced) {
   });
 }
 
+// 1-bit Adam's compressed stage (docs/optim.md): the norm clipped is the root mean square
+// over ranks of the local gradients' norms (one agreed coefficient; the averaged gradient
+// never exists), then OneBitAdam's step, whose exchange wait step() moves to comm_exposed.
+double Trainer::apply_compressed(double lr, bool traced, SignExchange& exchange) {
+  return timed(&PhaseTimes::optimizer, "optimizer", traced, [&] {
+    FlatBuffer& g = model_.grads();
+    float mean_sq = float(sum_squares(g.data(), g.size()));
+    sync_.average(&mean_sq, 1);
+    const double norm = std::sqrt(double(mean_sq));
+    exchange = state_.onebit->compressed_step(model_.params().data(), g.data(), lr,
+                                              clip_coefficient(norm, cfg_.train.grad_clip), sync_);
+    return norm;
+  });
+}
+
 void Trainer::trace_comm(const GradSync::Result& comm, int64_t wait_start) {
   if (facts_.world <= 1) return;
   const int number = state_.step + 1;
-  trace_.span(Lane::compute, "wait comm", wait_start, timer_.mark(), number);
+  if (wait_start > 0) trace_.span(Lane::compute, "wait comm", wait_start, timer_.mark(), number);
   for (const CommSpan& s : comm.spans)
     trace_.span(Lane::comm, s.op + " bucket " + std::to_string(s.tag), s.start_ns, s.end_ns, number,
                 s.bytes);
@@ -310,11 +349,11 @@ void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
   const bool lead = facts_.rank == 0;
   if (!timer_.enabled()) {
     if (!log_line) return;
-    out.losses.push_back(sync_.agree(float(s.loss), s.times).mean_loss);
+    out.losses.push_back(sync_.agree(float(s.loss), s.times, s.exchange).mean_loss);
     if (lead) print_loss_line(n, steps, out.losses.back(), s.lr, s.applied);
     return;
   }
-  const GradSync::StepView view = sync_.agree(float(s.loss), s.times);
+  const GradSync::StepView view = sync_.agree(float(s.loss), s.times, s.exchange);
   out.losses.push_back(view.mean_loss);
   totals_.add(view.slowest);
   if (!lead) return;
@@ -334,6 +373,9 @@ void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
   r.mfu = r.model_gflops / facts_.peak_gflops;
   r.hardware_gflops = facts_.hw_flops_per_token * r.tokens_per_s / 1e9 / facts_.world;
   r.comm_bytes = s.comm.bytes;
+  r.comm_sent_bytes = s.comm.sent_bytes;
+  r.stage = s.stage;
+  r.compression_error = view.compression_error;
   r.comm_busbw_gbs = busbw_gbs(s.comm.bytes, view.slowest.comm, facts_.world);
   r.mem_bytes = {facts_.param_bytes, facts_.param_bytes, facts_.optimizer_bytes,
                  arena_.peak_bytes()};

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "models/gpt.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
+#include "optim/onebit_adam.h"
 #include "optim/schedule.h"
 #include "train/data.h"
 #include "train/grad_sync.h"
@@ -53,10 +55,12 @@ struct TrainingStopped : std::runtime_error {
 struct TrainState {
   TrainState(const Registry& params, const Config& cfg, std::unique_ptr<DataSource> train_data);
 
-  int step = 0;                      // optimizer steps done, applied or skipped
-  AdamW optimizer;                   // moments and Adam's step count (applied steps only)
-  LossScaler scaler;                 // scale, hysteresis and skip counters
-  std::unique_ptr<DataSource> data;  // this rank's training stream
+  int step = 0;                        // optimizer steps done, applied or skipped
+  AdamW optimizer;                     // moments and Adam's step count (applied steps only)
+  std::unique_ptr<OneBitAdam> onebit;  // optimizer.name onebit_adam: error buffers; uses
+                                       // `optimizer` for its moments and warm-up
+  LossScaler scaler;                   // scale, hysteresis and skip counters
+  std::unique_ptr<DataSource> data;    // this rank's training stream
 };
 
 class Trainer {
@@ -83,23 +87,27 @@ class Trainer {
     double grad_norm = 0;   // NaN when skipped
     double loss_scale = 1;  // the scale backward ran with
     bool applied = false;
+    std::optional<OneBitStage> stage;  // 1-bit Adam runs only
+    SignExchange exchange;             // the compressed stage's exchange, if it ran
     GradSync::Result comm;
     PhaseTimes times;
     OpProfile ops;  // filled on op-timed steps (profile.op_every, traced steps)
   };
   void init_from(const std::string& path, bool lead);
   StepResult step();
-  double micro_batch(int micro, bool traced);
+  double micro_batch(int micro, bool traced, bool hook);
   int unscale_and_agree(bool traced, double loss);
   std::string numerical_fault(int step, int rank) const;
   double apply_update(double lr, bool traced);
+  double apply_compressed(double lr, bool traced, SignExchange& exchange);
+  double timed_update(double lr, bool traced, bool compressed, SignExchange& exchange);
   // Times F as phase FIELD (and, in the trace window, as span NAME); returns what F returns.
   template <class F>
   auto timed(double PhaseTimes::*field, const char* name, bool traced, F&& f);
   // Times the ops of PHASE into the step's profile while the scope lives (nothing on a
   // step without op timing).
   OpPhaseScope op_scope(OpPhase phase, bool traced);
-  void trace_comm(const GradSync::Result& comm, int64_t wait_start);
+  void trace_comm(const GradSync::Result& comm, int64_t wait_start);  // wait_start 0: no wait
   void log_step(const StepResult& s, TrainOutcome& out);
   float evaluate();
   void save(TrainOutcome& out);

@@ -61,8 +61,9 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
   ExpectBadInput("train " + Tiny() + run + " --set model.n_heads=3", "n_heads", dir);
   ExpectBadInput("train " + Tiny() + run + " --set train.global_batch=7", "global_batch", dir);
   ExpectBadInput("train " + Tiny() + run + " --set comm.backend=nccl", "not implemented yet", dir);
-  ExpectBadInput("train " + Tiny() + run + " --set optimizer.name=onebit_adam",
-                 "'onebit_adam' is not implemented yet in this build; use adamw", dir);
+  ExpectBadInput("train " + Tiny() + run +
+                     " --set optimizer.name=onebit_adam --set optimizer.onebit.scale=l1",
+                 "got 'l1'; did you mean 'l2'?", dir);
   ExpectBadInput("train " + Tiny() + run + " --set checkpoint.every=-1", "checkpoint.every", dir);
   ExpectBadInput("train " + Tiny() + run + " --set precision.dtype=bf17", "did you mean 'bf16'",
                  dir);

@@ -2,6 +2,10 @@
 // fixture changed one cause at a time (the numbers in tests/train/report_fixture.h).
 #include <gtest/gtest.h>
 
+#include <iterator>
+
+#include <fstream>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -129,6 +133,24 @@ TEST(ReportRules, GoodOverlapComparesTheBusBandwidthWithTheLink) {
             std::string::npos)
       << r.findings[0].evidence;
   EXPECT_NE(r.findings[0].advice.find("1-bit Adam"), std::string::npos);
+  EXPECT_EQ(r.findings[0].sets, std::vector<std::string>{"optimizer.name=onebit_adam"});
+  // With 1-bit Adam already on, what is left is its full-precision warm-up.
+  const fs::path onebit = Changed("healthy", "onebit_on", Comm(60, 25, 0.1),
+                                  "bandwidth_gbps: 0.0", "bandwidth_gbps: 1.0");
+  {
+    std::ifstream in(onebit / "config.yaml");
+    std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = yaml.find("name: adamw");
+    ASSERT_NE(at, std::string::npos) << yaml;
+    yaml.replace(at, 11, "name: onebit_adam");
+    std::ofstream(onebit / "config.yaml") << yaml;
+  }
+  r = analyze(onebit.string(), BigMachine());
+  ASSERT_EQ(r.fired(), std::vector<std::string>{"comm_bandwidth"});
+  EXPECT_EQ(r.findings[0].sets.size(), 1u);
+  EXPECT_EQ(r.findings[0].sets[0].rfind("optimizer.onebit.freeze_step=", 0), 0u)
+      << r.findings[0].sets[0];
+  fs::remove_all(onebit);
   // At 16% of the link the messages, not the link, are the limit: larger buckets.
   const fs::path slow = Changed("healthy", "slow_messages", Comm(60, 25, 0.02),
                                 "bandwidth_gbps: 0.0", "bandwidth_gbps: 1.0");

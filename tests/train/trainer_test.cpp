@@ -71,16 +71,33 @@ TEST(Trainer, WritesRunDirectoryWithStepRecords) {
 TEST(Trainer, UnbuiltValueSetInCodeIsRefusedBeforeAnythingIsWritten) {
   fs::path out = TempDir("unbuilt");
   Config cfg = SmallRun(out, 2);
-  cfg.optimizer.name = OptimizerKind::onebit_adam;
+  cfg.comm.backend = CommBackend::nccl;
   try {
     train(cfg, nullptr);
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("'optimizer.name': 'onebit_adam' is not implemented yet"),
+    EXPECT_NE(std::string(e.what()).find("'comm.backend': 'nccl' is not implemented yet"),
               std::string::npos)
         << e.what();
   }
   EXPECT_FALSE(fs::exists(out));
+}
+
+// 1-bit Adam on one rank has nothing to compress: it is AdamW, bit for bit, and its records
+// say it stayed in the warm-up.
+TEST(Trainer, OneBitAdamOnOneRankIsAdamW) {
+  fs::path out = TempDir("onebit1");
+  TrainOutcome adamw = train(SmallRun(out / "adamw", 6), nullptr);
+  Config cfg = SmallRun(out / "onebit", 6);
+  cfg.optimizer.name = OptimizerKind::onebit_adam;
+  cfg.optimizer.onebit.freeze_step = 2;
+  TrainOutcome onebit = train(cfg, nullptr);
+  EXPECT_EQ(onebit.params_fnv1a64, adamw.params_fnv1a64);
+  ASSERT_EQ(onebit.losses.size(), 6u);
+  std::ifstream steps(out / "onebit" / "steps.jsonl");
+  for (std::string line; std::getline(steps, line);)
+    EXPECT_EQ(nlohmann::json::parse(line)["stage"], "warmup");
+  fs::remove_all(out);
 }
 
 // Without loss scaling an inf/NaN is a fault: the run stops after that step's record,

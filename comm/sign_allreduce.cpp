@@ -1,0 +1,265 @@
+#include "comm/sign_allreduce.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+namespace ringstep {
+namespace {
+
+// Sums run in this many independent lanes (element i in lane i mod kLanes), combined in lane
+// order at the end: a fixed order, so results are reproducible, that the compiler can
+// vectorise.
+constexpr size_t kLanes = 16;
+
+// Where everything lies. A message is [fp32 scale per segment | chunk/8 packed bytes],
+// rounded up to whole 16-bit words (the transport moves 16-bit words; the pad byte is 0).
+struct Layout {
+  size_t count = 0;
+  std::vector<size_t> ends;  // segment ends, the last == count
+  size_t chunk = 0;          // elements per server chunk, a multiple of 8
+  size_t scale_bytes = 0;    // of one message's scales
+  size_t block_bytes = 0;    // one message
+
+  Layout(size_t n, const std::vector<size_t>& segment_ends, int nranks)
+      : count(n), ends(segment_ends), chunk(sign_chunk_elems(n, nranks)) {
+    if (ends.empty()) ends.push_back(n);
+    if (ends.back() != n || !std::is_sorted(ends.begin(), ends.end()))
+      throw std::invalid_argument("sign_allreduce: segment ends must ascend to the count");
+    scale_bytes = ends.size() * sizeof(float);
+    block_bytes = (scale_bytes + chunk / 8 + 1) / 2 * 2;
+  }
+  // The real (unpadded) elements of chunk j.
+  Shard real(int j) const {
+    const size_t begin = std::min(count, size_t(j) * chunk);
+    return {begin, std::min(count, begin + chunk) - begin};
+  }
+  // Calls f(k, begin, end) for every non-empty part of segment k inside [begin, end).
+  template <class F>
+  void for_parts(size_t begin, size_t end, F&& f) const {
+    size_t start = 0;
+    for (size_t k = 0; k < ends.size(); start = ends[k++]) {
+      const size_t b = std::max(begin, start), e = std::min(end, ends[k]);
+      if (b < e) f(k, b, e);
+    }
+  }
+};
+
+// Per-thread staging, reused so that steady-state calls never allocate.
+std::vector<std::byte>& staging(int which) {
+  thread_local std::vector<std::byte> bufs[2];
+  return bufs[which];
+}
+
+float scale_at(const std::byte* block, size_t k) {
+  float s;
+  std::memcpy(&s, block + k * sizeof(float), sizeof(float));
+  return s;
+}
+
+// Bit i of a message's packed chunk (i relative to the chunk's first element).
+bool negative_bit(const uint8_t* bits, size_t i) { return (bits[i / 8] >> (i % 8)) & 1u; }
+
+// +S, or -S where BIT is set (the sign code's value), without a branch.
+inline float signed_scale(float s, unsigned bit) {
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(s) ^ (uint32_t(bit) << 31));
+}
+
+// OUT[i] += (kAdd) or = the code's value +-S, for elements [b, e) of the packed BITS.
+// Whole bytes go eight at a time.
+template <bool kAdd>
+void apply_code(const uint8_t* bits, size_t b, size_t e, float s, float* out) {
+  auto put = [&](size_t i, unsigned bit) {
+    const float v = signed_scale(s, bit);
+    out[i] = kAdd ? out[i] + v : v;
+  };
+  size_t i = b;
+  for (; i < e && i % 8 != 0; ++i) put(i, negative_bit(bits, i));
+  for (; i + 8 <= e; i += 8) {
+    const unsigned byte = bits[i / 8];
+    for (unsigned k = 0; k < 8; ++k) put(i + k, (byte >> k) & 1u);
+  }
+  for (; i < e; ++i) put(i, negative_bit(bits, i));
+}
+
+// Z[0, n) -= s sign(Z), the error the sign code leaves; adds ||Z||^2 to SQ_NORM and the
+// new error's squared norm to SQ_ERR (statistics: summed in kLanes float lanes).
+void keep_error(float* z, size_t n, float s, double& sq_norm, double& sq_err) {
+  float norm[kLanes] = {}, err[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) {
+      const float v = z[i + k];
+      norm[k] += v * v;
+      const float e = v - signed_scale(s, v < 0);
+      err[k] += e * e;
+      z[i + k] = e;
+    }
+  }
+  for (size_t k = 0; k < kLanes; ++k) {
+    sq_norm += norm[k];
+    sq_err += err[k];
+  }
+  for (; i < n; ++i) {
+    sq_norm += double(z[i]) * double(z[i]);
+    z[i] = z[i] - signed_scale(s, z[i] < 0);
+    sq_err += double(z[i]) * double(z[i]);
+  }
+}
+
+// Worker stage: E = X + E (that is z), one scale per segment, chunk j's code and every
+// scale into message j of SEND, then E = z - s sign z.
+void compress_worker(const float* x, float* e, const Layout& L, int nranks, OneBitScale kind,
+                     std::byte* send, SignAllreduceStats& st) {
+  for (size_t i = 0; i < L.count; ++i) e[i] += x[i];
+  std::vector<float> scales(L.ends.size());
+  L.for_parts(0, L.count, [&](size_t k, size_t b, size_t end) {
+    scales[k] = sign_scale(e + b, end - b, kind);
+  });
+  for (int j = 0; j < nranks; ++j) {
+    std::byte* block = send + size_t(j) * L.block_bytes;
+    const Shard c = L.real(j);
+    std::memset(block, 0, L.block_bytes);
+    std::memcpy(block, scales.data(), L.scale_bytes);
+    pack_signs(e + c.offset, c.count, reinterpret_cast<uint8_t*>(block + L.scale_bytes));
+  }
+  L.for_parts(0, L.count, [&](size_t k, size_t b, size_t end) {
+    keep_error(e + b, end - b, scales[k], st.worker_sq_norm, st.worker_sq_err);
+  });
+}
+
+// Server stage for this rank's chunk C: the mean of the decoded worker messages IN[q] (in
+// rank order), plus the server error E (at C's offset), compressed again into OUT; E keeps
+// the new error.
+void serve_chunk(const std::byte* const* in, int nranks, const Layout& L, Shard c, float* e,
+                 OneBitScale kind, std::byte* out, std::vector<float>& acc) {
+  acc.assign(c.count, 0.0f);
+  for (int q = 0; q < nranks; ++q) {
+    const auto* bits = reinterpret_cast<const uint8_t*>(in[q] + L.scale_bytes);
+    L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
+      apply_code<true>(bits, b - c.offset, end - c.offset, scale_at(in[q], k), acc.data());
+    });
+  }
+  const float n = float(nranks);
+  for (size_t i = 0; i < c.count; ++i) e[c.offset + i] = acc[i] / n + e[c.offset + i];
+  std::memset(out, 0, L.block_bytes);
+  pack_signs(e + c.offset, c.count, reinterpret_cast<uint8_t*>(out + L.scale_bytes));
+  double unused_norm = 0, unused_err = 0;
+  L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
+    const float s = sign_scale(e + b, end - b, kind);
+    std::memcpy(out + k * sizeof(float), &s, sizeof(float));
+    keep_error(e + b, end - b, s, unused_norm, unused_err);
+  });
+}
+
+// X's chunk C from a server's message BLOCK.
+void decode_chunk(const std::byte* block, const Layout& L, Shard c, float* x) {
+  const auto* bits = reinterpret_cast<const uint8_t*>(block + L.scale_bytes);
+  L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
+    apply_code<false>(bits, b - c.offset, end - c.offset, scale_at(block, k), x + c.offset);
+  });
+}
+
+// Posts a receive of rank j's message into IN + j * block_bytes and a send of OUT(j) to
+// rank j, for every peer j, and waits for all of them. Sends start at the right-hand
+// neighbour so that every link is busy at once.
+template <class Out>
+void exchange(Communicator& comm, Out&& out, std::byte* in, size_t block_bytes, int tag) {
+  const int n = comm.size(), r = comm.rank();
+  const size_t words = block_bytes / 2;
+  std::vector<CommHandle> pending;
+  for (int k = 1; k < n; ++k) {
+    const int j = (r - k + n) % n;
+    pending.push_back(comm.irecv(in + size_t(j) * block_bytes, words, DType::f16, j, tag));
+  }
+  for (int k = 1; k < n; ++k) {
+    const int j = (r + k) % n;
+    pending.push_back(comm.isend(out(j), words, DType::f16, j, tag));
+  }
+  for (const CommHandle& h : pending) h.wait();
+}
+
+}  // namespace
+
+void pack_signs(const float* x, size_t n, uint8_t* out) {
+  size_t b = 0;
+  for (; b < n / 8; ++b) {
+    unsigned byte = 0;
+    for (unsigned k = 0; k < 8; ++k) byte |= unsigned(x[b * 8 + k] < 0) << k;
+    out[b] = uint8_t(byte);
+  }
+  if (n % 8 != 0) {
+    unsigned byte = 0;
+    for (size_t i = b * 8; i < n; ++i) byte |= unsigned(x[i] < 0) << (i % 8);
+    out[b] = uint8_t(byte);
+  }
+}
+
+void unpack_signs(const uint8_t* in, size_t n, float scale, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = signed_scale(scale, negative_bit(in, i));
+}
+
+float sign_scale(const float* z, size_t n, OneBitScale kind) {
+  if (n == 0) return 0.0f;
+  const bool abs = kind == OneBitScale::mean_abs;
+  double lane[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t k = 0; k < kLanes; ++k) {
+      const double v = z[i + k];
+      lane[k] += abs ? std::fabs(v) : v * v;
+    }
+  double sum = 0;
+  for (double l : lane) sum += l;
+  for (; i < n; ++i) sum += abs ? std::fabs(double(z[i])) : double(z[i]) * double(z[i]);
+  return abs ? float(sum / double(n)) : float(std::sqrt(sum / double(n)));
+}
+
+size_t sign_chunk_elems(size_t count, int nranks) {
+  const size_t quantum = 8 * size_t(nranks);
+  return (count + quantum - 1) / quantum * 8;
+}
+
+size_t sign_allreduce_bytes(size_t count, size_t segments, int nranks) {
+  if (nranks <= 1 || count == 0) return 0;
+  const size_t block = (segments * sizeof(float) + sign_chunk_elems(count, nranks) / 8 + 1) / 2 * 2;
+  return 2 * size_t(nranks - 1) * block;
+}
+
+SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
+                                  const std::vector<size_t>& segment_ends, float* worker_error,
+                                  float* server_error, OneBitScale kind, int tag) {
+  SignAllreduceStats st;
+  const int n = comm.size(), r = comm.rank();
+  if (n == 1 || count == 0) return st;
+  const Layout L(count, segment_ends, n);
+  const size_t all_bytes = size_t(n) * L.block_bytes;
+  std::vector<std::byte>& a = staging(0);
+  std::vector<std::byte>& b = staging(1);
+  a.resize(2 * all_bytes);  // worker messages out, then server messages in
+  b.resize(all_bytes);      // worker messages in (this rank's own stays in a)
+  std::byte* send = a.data();
+  std::byte* gathered = a.data() + all_bytes;
+
+  compress_worker(x, worker_error, L, n, kind, send, st);
+  exchange(
+      comm, [&](int j) { return send + size_t(j) * L.block_bytes; }, b.data(), L.block_bytes, tag);
+  std::vector<const std::byte*> in(static_cast<size_t>(n));
+  for (int q = 0; q < n; ++q)
+    in[size_t(q)] = (q == r ? send : b.data()) + size_t(q) * L.block_bytes;
+
+  thread_local std::vector<float> acc;
+  std::byte* own = gathered + size_t(r) * L.block_bytes;
+  serve_chunk(in.data(), n, L, L.real(r), server_error, kind, own, acc);
+  exchange(
+      comm, [&](int) { return static_cast<const std::byte*>(own); }, gathered, L.block_bytes, tag);
+
+  for (int j = 0; j < n; ++j) decode_chunk(gathered + size_t(j) * L.block_bytes, L, L.real(j), x);
+  st.bytes_sent = 2 * size_t(n - 1) * L.block_bytes;
+  return st;
+}
+
+}  // namespace ringstep

@@ -1,0 +1,78 @@
+// Sign-compressed AllReduce with error feedback (Tang et al. 2021, "1-bit Adam", arXiv
+// 2102.02888; DeepSpeed's compressed_allreduce is the reference for the schedule): the mean
+// over ranks of a float vector, sent as one bit per element plus one scale per message, in
+// two phases like a reduce-scatter and an allgather. It knows vectors, not optimizers:
+// 1-bit Adam's momentum exchange is one caller (optim/onebit_adam.h).
+//
+// Segments. The caller cuts the vector into segments (1-bit Adam: the model's tensors) and
+// every segment gets its own scales, since one scale for values of very different sizes
+// codes the small ones as large: each worker scale is over one segment, each server scale
+// over one segment's part of the server's chunk.
+//
+// Layout. COUNT elements are padded, internally, to P = round_up(count, 8 N) for N ranks;
+// server chunk j is [j P/N, (j+1) P/N) of the padded vector, a whole number of bytes when
+// packed. Padding is +0 in every input, never enters a scale or an error buffer, and never
+// reaches the output.
+//
+// Worker (every rank r):  z = x + e_w;  s_w = scale(z) per segment;  e_w = z - s_w sign(z);
+//                         chunk j of sign(z), with every s_w, goes to rank j (an all-to-all).
+// Server (rank j, for its chunk; ranks q summed in order 0..N-1, in fp32, then / N):
+//                         a = (sum_q s_w(q) sign_q) / N;  z_s = a + e_s;  s_s = scale(z_s)
+//                         per segment part; e_s = z_s - s_s sign(z_s); sign(z_s) and the
+//                         s_s go to every rank (an allgather).
+// Output (every rank):    x[i] = s_s sign(z_s[i]) with chunk j's scale of i's segment, the
+//                         same bits on every rank. So over calls, sum of outputs = sum of
+//                         mean inputs - (mean_r e_w(r) + e_s), as accumulated since the
+//                         buffers were 0.
+//
+// Scales are over the real (unpadded) elements of what is compressed, summed in double in
+// a fixed order (element i in lane i mod 16, lanes combined in order, then the tail) and
+// rounded to fp32: mean_abs = mean |z|, the s minimising ||z - s sign z||_2;
+// l2 = ||z||_2 / sqrt(n), DeepSpeed's. A chunk with no real element has scale 0.
+// Transport: our own point-to-point messages (two exchanges with every peer; no MPI
+// collective), each [fp32 scale | packed chunk] moved as raw 16-bit words.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/config.h"  // OneBitScale
+
+namespace ringstep {
+
+// Packed sign code: element i is bit (i mod 8), least significant first, of byte i / 8; a
+// set bit means x[i] < 0, so 0, -0 and NaN count as +. pack_signs writes ceil(n / 8) bytes,
+// the unused high bits of the last byte 0; unpack_signs writes out[i] = -scale or +scale.
+void pack_signs(const float* x, size_t n, uint8_t* out);
+void unpack_signs(const uint8_t* in, size_t n, float scale, float* out);
+
+// The fp32 scale of Z[0, n) (see above); 0 when n is 0.
+float sign_scale(const float* z, size_t n, OneBitScale kind);
+
+// Elements per server chunk for COUNT elements over N ranks: round_up(count, 8 N) / N.
+size_t sign_chunk_elems(size_t count, int nranks);
+
+struct SignAllreduceStats {
+  size_t bytes_sent = 0;      // this rank's point-to-point payload, both phases
+  double worker_sq_err = 0;   // ||z - s_w sign z||^2 of this rank's worker stage
+  double worker_sq_norm = 0;  // ||z||^2
+};
+
+// X[0, count) = the compressed mean above, identical on every rank. SEGMENT_ENDS are the
+// segments' ends, ascending, the last one count ({} = one segment). WORKER_ERROR holds
+// count elements (this rank's e_w); SERVER_ERROR holds count elements laid out like X, of
+// which only this rank's server chunk is read and written (the rest is left as it is). Both
+// start at 0 and are updated in place. Collective: every rank calls it with the same count,
+// kind and tag (0 <= tag < 32768, not shared with other traffic in flight). With one rank
+// the mean is the input itself and nothing is compressed.
+SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
+                                  const std::vector<size_t>& segment_ends, float* worker_error,
+                                  float* server_error, OneBitScale kind, int tag = 0x5342);
+
+// The bytes sign_allreduce sends per rank for COUNT elements in SEGMENTS segments over N
+// ranks: 2 (N - 1) messages of 4 SEGMENTS + count / 8N bytes (padded, in 16-bit words).
+size_t sign_allreduce_bytes(size_t count, size_t segments, int nranks);
+
+}  // namespace ringstep

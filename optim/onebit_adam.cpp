@@ -1,0 +1,84 @@
+#include "optim/onebit_adam.h"
+
+#include <cmath>
+
+namespace ringstep {
+
+OneBitAdam::OneBitAdam(AdamW& adam, const Registry& reg, const AdamWParams& hp,
+                       const OneBitParams& ob)
+    : adam_(adam),
+      reg_(reg),
+      hp_(hp),
+      ob_(ob),
+      worker_error_(reg.total_numel()),
+      server_error_(reg.total_numel()) {
+  reset_errors();
+}
+
+void OneBitAdam::reset_errors() {
+  worker_error_.zero();
+  server_error_.zero();
+}
+
+OneBitStage OneBitAdam::stage(int world) const {
+  return world > 1 && adam_.step_count() >= ob_.freeze_step ? OneBitStage::compressed
+                                                            : OneBitStage::warmup;
+}
+
+void OneBitAdam::local_momentum(const float* grads, float grad_scale) {
+  const float b1 = float(hp_.beta1);
+  float* __restrict m = adam_.m().data();
+  const size_t n = adam_.m().size();
+#pragma omp simd
+  for (size_t i = 0; i < n; ++i) m[i] = b1 * m[i] + (1.0f - b1) * (grads[i] * grad_scale);
+}
+
+// The update with the averaged momentum, and the zero-variance mask (see the header).
+void OneBitAdam::apply(float* params, double lr) {
+  const double c1 = 1.0 - std::pow(hp_.beta1, double(adam_.step_count()));
+  const double c2 = 1.0 - std::pow(hp_.beta2, double(ob_.freeze_step));
+  const float step_size = float(lr / c1);
+  const float inv_sqrt_c2 = float(1.0 / std::sqrt(c2));
+  const float eps = float(hp_.eps);
+  float* m = adam_.m().data();
+  const float* v = adam_.v().data();
+  float* ew = worker_error_.data();
+  float* es = server_error_.data();
+  for (const TensorInfo& t : reg_.tensors()) {
+    const float decay = t.decay ? float(lr * hp_.weight_decay) : 0.0f;
+    for (size_t i = t.offset; i < t.offset + t.numel; ++i) {
+      if (v[i] == 0.0f) {
+        m[i] = ew[i] = es[i] = 0.0f;
+        params[i] -= decay * params[i];
+        continue;
+      }
+      const float denom = std::sqrt(v[i]) * inv_sqrt_c2 + eps;
+      params[i] -= step_size * m[i] / denom + decay * params[i];
+    }
+  }
+}
+
+SignExchange OneBitAdam::compressed_step(float* params, const float* grads, double lr,
+                                         double grad_scale, Reducer& reducer) {
+  adam_.set_step_count(adam_.step_count() + 1);
+  local_momentum(grads, float(grad_scale));
+  const SignExchange x = reducer.sign_average(adam_.m().data(), worker_error_.data(),
+                                              server_error_.data(), adam_.m().size(), ob_.scale);
+  apply(params, lr);
+  return x;
+}
+
+std::string onebit_warning(const Config& cfg, int world) {
+  if (cfg.optimizer.name != OptimizerKind::onebit_adam) return "";
+  if (world == 1)
+    return "optimizer.name is onebit_adam on one rank: nothing to compress, the run is plain "
+           "Adam (AdamW)";
+  const int freeze = cfg.optimizer.onebit.freeze_step, steps = cfg.train.steps;
+  if (freeze < steps) return "";
+  return "optimizer.onebit.freeze_step (" + std::to_string(freeze) + ") >= train.steps (" +
+         std::to_string(steps) +
+         "): the variance never freezes and the run is plain Adam (AdamW); DeepSpeed advises "
+         "15-25% of the steps";
+}
+
+}  // namespace ringstep

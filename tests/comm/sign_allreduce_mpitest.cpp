@@ -1,0 +1,80 @@
+// comm/sign_allreduce.h on 2, 3 and 4 ranks: the transport equals the single-process
+// simulation of the same math (tests/comm/sign_allreduce_reference.h) bit for bit, in the
+// output and in both error buffers, call after call, for counts that need padding and
+// counts that do not; and it sends about one bit per element.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "comm/sign_allreduce.h"
+#include "comm/sign_allreduce_reference.h"
+#include "mpi/mpitest_main.h"
+#include "mpi/mpitest_util.h"
+
+namespace ringstep {
+namespace {
+
+using testing::world;
+
+bool same_bits(const float* a, const float* b, size_t n) {
+  return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+void ExpectMatchesSimulation(size_t count, const std::vector<size_t>& ends, OneBitScale kind,
+                             int calls) {
+  auto& comm = world();
+  const int n = comm.size(), r = comm.rank();
+  testing::SignSim sim(n, count, ends);
+  std::vector<float> x(count), ew(count, 0.0f), es(count, 0.0f);
+  const size_t chunk = sign_chunk_elems(count, n);
+  const size_t mine = std::min(count, size_t(r) * chunk);
+  const size_t mine_end = std::min(count, mine + chunk);
+  for (int c = 0; c < calls; ++c) {
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < count; ++i) sim.x[q][i] = testing::sign_input(q, i, c);
+    x = sim.x[r];
+    sim.step(kind);
+    sign_allreduce(comm, x.data(), count, ends, ew.data(), es.data(), kind);
+    ASSERT_TRUE(same_bits(x.data(), sim.x[r].data(), count)) << "output, call " << c;
+    ASSERT_TRUE(same_bits(ew.data(), sim.worker_error[r].data(), count)) << "e_w, call " << c;
+    ASSERT_TRUE(same_bits(es.data() + mine, sim.server_error[r].data() + mine, mine_end - mine))
+        << "e_s, call " << c;
+  }
+  EXPECT_TRUE(testing::identical_on_all_ranks(comm, x.data(), count * sizeof(float)));
+}
+
+TEST(SignAllreduce, MatchesSimulationBitForBit) {
+  const size_t q = 8 * size_t(world().size());
+  for (OneBitScale kind : {OneBitScale::mean_abs, OneBitScale::l2}) {
+    for (size_t count : {size_t(1), size_t(5), q, 37 * q, 37 * q + 3, size_t(4099)}) {
+      SCOPED_TRACE(::testing::Message() << "count " << count << " scale " << name(kind));
+      ExpectMatchesSimulation(count, {}, kind, 12);
+      // Segments across chunk boundaries, one of a single element, one empty.
+      if (count >= 5)
+        ExpectMatchesSimulation(count, {count / 3, count / 3 + 1, count / 3 + 1, count}, kind, 12);
+    }
+  }
+}
+
+// Two phases of (N - 1) messages of [scale | count / 8N bytes]: 1/32 of an fp32 ring's
+// 2 (N - 1) / N x 4 count bytes, plus the scales and padding.
+TEST(SignAllreduce, SendsAboutOneBitPerElement) {
+  auto& comm = world();
+  const int n = comm.size();
+  const size_t count = (size_t(1) << 20) + 3;
+  std::vector<float> x(count, 1.0f), ew(count, 0.0f), es(count, 0.0f);
+  const SignAllreduceStats st =
+      sign_allreduce(comm, x.data(), count, {}, ew.data(), es.data(), OneBitScale::mean_abs);
+  const double ring_bytes = 2.0 * (n - 1) / n * 4.0 * double(count);
+  const size_t block = (4 + sign_chunk_elems(count, n) / 8 + 1) / 2 * 2;
+  EXPECT_EQ(st.bytes_sent, 2 * size_t(n - 1) * block);
+  EXPECT_EQ(st.bytes_sent, sign_allreduce_bytes(count, 1, n));
+  EXPECT_LE(double(st.bytes_sent), ring_bytes / 31.9);
+  EXPECT_EQ(x[count - 1], 1.0f);  // all +1 inputs: the code is exact, the mean is 1
+}
+
+}  // namespace
+}  // namespace ringstep
+
+int main(int argc, char** argv) { return ringstep::testing::run_mpi_tests(argc, argv); }

@@ -1,0 +1,105 @@
+// comm/sign_allreduce.h on one process: the packed sign code and its bit order, the scales,
+// and the error-feedback identity of the compressed mean (on the simulation that the
+// multi-rank test holds the real transport to, bit for bit).
+#include "comm/sign_allreduce.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "comm/sign_allreduce_reference.h"
+
+namespace ringstep {
+namespace {
+
+TEST(SignCode, RoundTripsForEveryLengthModulo8) {
+  for (size_t n = 0; n <= 41; ++n) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = testing::sign_input(1, i, int(n));
+    std::vector<uint8_t> packed((n + 7) / 8, 0xAB);
+    pack_signs(x.data(), n, packed.data());
+    std::vector<float> out(n, 7.0f);
+    unpack_signs(packed.data(), n, 0.25f, out.data());
+    for (size_t i = 0; i < n; ++i)
+      EXPECT_EQ(out[i], x[i] < 0 ? -0.25f : 0.25f) << "n " << n << " i " << i;
+    if (n % 8 != 0) EXPECT_EQ(packed.back() >> (n % 8), 0) << "unused high bits, n " << n;
+  }
+}
+
+// Element i is bit i mod 8 of byte i / 8, least significant first; set = negative; zero,
+// negative zero and NaN count as +.
+TEST(SignCode, BitOrderIsLeastSignificantFirstAndSetMeansNegative) {
+  const float x[] = {-1.0f, 2.0f, 0.0f, -0.0f, -3.0f, NAN, 5.0f, -1e-30f, -4.0f, 1.0f};
+  uint8_t packed[2] = {0xFF, 0xFF};
+  pack_signs(x, 10, packed);
+  EXPECT_EQ(packed[0], 0b1001'0001);
+  EXPECT_EQ(packed[1], 0b0000'0001);
+}
+
+TEST(SignScale, MeanAbsAndL2) {
+  const float z[] = {3.0f, -1.0f};
+  EXPECT_EQ(sign_scale(z, 2, OneBitScale::mean_abs), 2.0f);
+  EXPECT_EQ(sign_scale(z, 2, OneBitScale::l2), float(std::sqrt(5.0)));
+  EXPECT_EQ(sign_scale(z, 0, OneBitScale::l2), 0.0f);
+}
+
+// mean |z| is the scale that minimises ||z - s sign z||_2; l2's ||z||/sqrt(n) is larger
+// whenever the magnitudes differ, and so leaves more error.
+TEST(SignScale, MeanAbsLeavesLessErrorThanL2) {
+  std::vector<float> z(1000);
+  for (size_t i = 0; i < z.size(); ++i) z[i] = testing::sign_input(0, i, 3);
+  auto sq_err = [&](float s) {
+    double e = 0;
+    for (float v : z) e += std::pow(double(v) - (v < 0 ? -s : s), 2);
+    return e;
+  };
+  const float m = sign_scale(z.data(), z.size(), OneBitScale::mean_abs);
+  const float l = sign_scale(z.data(), z.size(), OneBitScale::l2);
+  EXPECT_GT(l, m);
+  EXPECT_LT(sq_err(m), sq_err(l));
+  EXPECT_LE(sq_err(m), sq_err(m * 1.01f));
+  EXPECT_LE(sq_err(m), sq_err(m * 0.99f));
+}
+
+TEST(SignChunk, PadsToAMultipleOf8PerRank) {
+  EXPECT_EQ(sign_chunk_elems(1, 3), 8u);
+  EXPECT_EQ(sign_chunk_elems(24, 3), 8u);
+  EXPECT_EQ(sign_chunk_elems(25, 3), 16u);
+  EXPECT_EQ(sign_chunk_elems(64, 2), 32u);
+}
+
+// Sum of outputs = sum of mean inputs - (mean over ranks of e_w + e_s), to fp32 rounding,
+// over many calls: error feedback loses nothing, it only delays it.
+TEST(SignAllreduceSim, ErrorFeedbackIdentityHoldsOverManyCalls) {
+  for (OneBitScale kind : {OneBitScale::mean_abs, OneBitScale::l2}) {
+    const int n = 3, calls = 60;
+    const size_t count = 1001;
+    testing::SignSim sim(n, count, {100, 700, count});
+    std::vector<double> sum_out(count, 0), sum_mean(count, 0), mag(count, 0);
+    for (int c = 0; c < calls; ++c) {
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i) {
+          sim.x[r][i] = testing::sign_input(r, i, c);
+          sum_mean[i] += double(sim.x[r][i]) / n;
+          mag[i] += std::fabs(sim.x[r][i]);
+        }
+      sim.step(kind);
+      for (size_t i = 0; i < count; ++i) sum_out[i] += sim.x[0][i];
+    }
+    double worst = 0, drift = 0;
+    for (size_t i = 0; i < count; ++i) {
+      double held = 0;
+      for (int r = 0; r < n; ++r) held += double(sim.worker_error[r][i]) / n;
+      for (int j = 0; j < n; ++j) held += sim.server_error[j][i];  // one rank serves each i
+      const double tol = 8 * 0x1p-24 * mag[i] + 1e-6;
+      worst = std::max(worst, std::fabs(sum_out[i] - (sum_mean[i] - held)) / tol);
+      drift = std::max(drift, std::fabs(sum_out[i] - sum_mean[i]));
+    }
+    EXPECT_LE(worst, 1.0) << name(kind);
+    EXPECT_GT(drift, 1e-3) << "the identity must hold because of the buffers, not trivially";
+  }
+}
+
+}  // namespace
+}  // namespace ringstep

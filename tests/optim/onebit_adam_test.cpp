@@ -1,0 +1,122 @@
+// OneBitAdam on one process, with a stand-in Reducer whose "compressed mean" is a known
+// sign code: the compression-stage update against a float64 reference (frozen, bias
+// corrected v; decay mask), the zero-variance mask, the stage rule and the warnings.
+#include "optim/onebit_adam.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace ringstep {
+namespace {
+
+// Two "ranks" that agree: sign_average replaces buf by +-0.5 (the sign code of a fixed
+// scale), as a compressed exchange whose output differs from its input would.
+struct SignReducer final : Reducer {
+  int world() const override { return 2; }
+  void average(float*, size_t) override {}
+  bool any_rank(bool flag) override { return flag; }
+  SignExchange sign_average(float* buf, float* we, float* se, size_t n, OneBitScale) override {
+    for (size_t i = 0; i < n; ++i) {
+      const float q = buf[i] < 0 ? -0.5f : 0.5f;
+      we[i] += 1.0f;  // visible error, to check the mask clears it
+      se[i] += 1.0f;
+      buf[i] = q;
+    }
+    ++calls;
+    return {n / 8, 1.0, 4.0};
+  }
+  int calls = 0;
+};
+
+struct Fixture {
+  Registry reg;
+  AdamWParams hp{0.9, 0.95, 1e-8, 0.1};
+  Fixture() {
+    reg.add("w", {5, 3}, true);
+    reg.add("b", {3}, false);
+  }
+};
+
+TEST(OneBitAdam, CompressedStepUsesFrozenVarianceAndTheExchangedMomentum) {
+  Fixture f;
+  AdamW adam(f.reg, f.hp);
+  OneBitAdam ob(adam, f.reg, f.hp, {2, OneBitScale::mean_abs});
+  std::mt19937 gen(3);
+  std::normal_distribution<float> nd;
+  FlatBuffer p(f.reg.total_numel()), g(f.reg.total_numel());
+  for (size_t i = 0; i < p.size(); ++i) p.data()[i] = nd(gen);
+  EXPECT_EQ(ob.stage(2), OneBitStage::warmup);
+  for (int t = 0; t < 2; ++t) {
+    for (size_t i = 0; i < g.size(); ++i) g.data()[i] = nd(gen);
+    adam.step(p.data(), g.data(), 1e-2, 1.0);
+  }
+  EXPECT_EQ(ob.stage(2), OneBitStage::compressed);
+  EXPECT_EQ(ob.stage(1), OneBitStage::warmup) << "nothing to compress on one rank";
+  const std::vector<float> v_frozen(adam.v().data(), adam.v().data() + adam.v().size());
+  std::vector<double> rp(p.data(), p.data() + p.size());
+  SignReducer red;
+  const double lr = 1e-2;
+  for (int t = 3; t <= 5; ++t) {
+    for (size_t i = 0; i < g.size(); ++i) g.data()[i] = nd(gen);
+    ob.compressed_step(p.data(), g.data(), lr, 0.5, red);
+    for (const auto& ti : f.reg.tensors())
+      for (size_t k = ti.offset; k < ti.offset + ti.numel; ++k) {
+        const double mh = double(adam.m().data()[k]) / (1 - std::pow(0.9, t));
+        const double vh = v_frozen[k] / (1 - std::pow(0.95, 2));
+        rp[k] -= lr * (mh / (std::sqrt(vh) + 1e-8) + (ti.decay ? 0.1 * rp[k] : 0.0));
+        EXPECT_EQ(std::fabs(adam.m().data()[k]), 0.5f);
+      }
+  }
+  EXPECT_EQ(red.calls, 3);
+  EXPECT_EQ(adam.step_count(), 5);
+  for (size_t i = 0; i < v_frozen.size(); ++i) EXPECT_EQ(adam.v().data()[i], v_frozen[i]);
+  for (const auto& ti : f.reg.tensors())
+    for (size_t k = ti.offset; k < ti.offset + ti.numel; ++k)
+      EXPECT_NEAR(p.data()[k], rp[k], 2e-5) << ti.name << " " << k;
+}
+
+// A coordinate that never had a gradient (frozen v = 0) gets no +-scale/eps step: its
+// momentum and error buffers stay 0 and only weight decay moves it.
+TEST(OneBitAdam, ZeroVarianceCoordinatesGetNoMomentumStep) {
+  Fixture f;
+  AdamW adam(f.reg, f.hp);
+  OneBitAdam ob(adam, f.reg, f.hp, {1, OneBitScale::mean_abs});
+  FlatBuffer p(f.reg.total_numel()), g(f.reg.total_numel());
+  for (size_t i = 0; i < p.size(); ++i) p.data()[i] = 1.0f;
+  const size_t dead = f.reg.find("w").offset + 4, bias = f.reg.find("b").offset + 1;
+  for (size_t i = 0; i < g.size(); ++i) g.data()[i] = (i == dead || i == bias) ? 0.0f : 0.3f;
+  adam.step(p.data(), g.data(), 1e-2, 1.0);
+  ASSERT_EQ(adam.v().data()[dead], 0.0f);
+  const float p_dead = p.data()[dead], p_bias = p.data()[bias];
+  SignReducer red;
+  for (size_t i = 0; i < g.size(); ++i) g.data()[i] = (i == dead || i == bias) ? 1.0f : 0.3f;
+  ob.compressed_step(p.data(), g.data(), 1e-2, 1.0, red);
+  EXPECT_EQ(p.data()[dead], p_dead - float(1e-2 * 0.1) * p_dead) << "decay only";
+  EXPECT_EQ(p.data()[bias], p_bias) << "no decay on a bias, no momentum step";
+  for (size_t i : {dead, bias}) {
+    EXPECT_EQ(adam.m().data()[i], 0.0f);
+    EXPECT_EQ(ob.worker_error().data()[i], 0.0f);
+    EXPECT_EQ(ob.server_error().data()[i], 0.0f);
+  }
+  EXPECT_EQ(ob.worker_error().data()[0], 1.0f) << "live coordinates keep their error";
+}
+
+TEST(OneBitAdam, WarnsWhenItWillRunAsPlainAdam) {
+  Config cfg = parse_config("", "t");
+  EXPECT_EQ(onebit_warning(cfg, 1), "") << "AdamW: nothing to say";
+  cfg.optimizer.name = OptimizerKind::onebit_adam;
+  cfg.train.steps = 100;
+  cfg.optimizer.onebit.freeze_step = 20;
+  EXPECT_EQ(onebit_warning(cfg, 2), "");
+  EXPECT_NE(onebit_warning(cfg, 1).find("nothing to compress"), std::string::npos);
+  cfg.optimizer.onebit.freeze_step = 100;
+  EXPECT_NE(onebit_warning(cfg, 2).find("freeze_step (100) >= train.steps (100)"),
+            std::string::npos)
+      << onebit_warning(cfg, 2);
+}
+
+}  // namespace
+}  // namespace ringstep
