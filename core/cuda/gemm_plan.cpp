@@ -106,7 +106,7 @@ void gemm_reference(const GemmPlan& p, const float* A, const float* B, float* C)
 }
 
 uint32_t operand_alignment(const void* p, int batch, int64_t stride_bytes) {
-  uint64_t bits = reinterpret_cast<uintptr_t>(p) | 256u;
+  uint64_t bits = reinterpret_cast<uintptr_t>(p) | 64u;
   if (batch > 1) bits |= uint64_t(stride_bytes);
   return uint32_t(bits & (~bits + 1));  // lowest set bit
 }

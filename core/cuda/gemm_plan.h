@@ -50,7 +50,9 @@ GemmPlan plan_attention_dk(int BH, int T, int hs);
 void gemm_reference(const GemmPlan& p, const float* A, const float* B, float* C);
 
 // The alignment cuBLASLt may assume for an operand that starts at P and, when BATCH > 1,
-// steps by STRIDE_BYTES: the largest power of two dividing both, capped at 256 bytes.
+// steps by STRIDE_BYTES: the largest power of two dividing both, capped at 64 bytes, the
+// arena's alignment, so that the algorithm chosen (and with it the bits of the result)
+// never depends on where in the arena a tensor happens to land.
 uint32_t operand_alignment(const void* p, int batch, int64_t stride_bytes);
 
 // Elements of the stored operands, for checking buffer sizes: the span from the first to

@@ -82,8 +82,8 @@ void LtGemm::run(const GemmPlan& p, cudaDataType_t ab_type, bool tf32, const voi
   const uint64_t ws = kWorkspaceBytes;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  // cuBLASLt assumes 256-byte aligned operands unless told otherwise; per-head and
-  // weight-copy operands are only 32- or 64-byte aligned.
+  // cuBLASLt assumes 256-byte aligned operands unless told otherwise; arena tensors are
+  // 64-byte aligned, weight-copy and per-head operands may be less.
   const size_t ab = type_bytes(ab_type);
   set_alignment(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                 operand_alignment(A, p.batch, p.stride_a * int64_t(ab)));
