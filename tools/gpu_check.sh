@@ -87,6 +87,15 @@ warn=$(grep -ci "warning" "$LOGS/build.log")
 row build "$([[ $bld -eq 0 ]] && echo ok || echo FAIL)" "cuda tests + bench, $warn warnings ($(elapsed $t))"
 [[ $bld -ne 0 ]] && tail -40 "$LOGS/build.log"
 
+# Shared libraries the test binary loads from outside the unpacked copy: on a bare machine
+# these must be the system's own (libc, libstdc++, libgomp, ...) or CUDA's.
+if [[ $bld -eq 0 ]]; then
+  outside=$(ldd "$BUILD/tests/ringstep_cuda_tests" | awk '/=>/ {print $3}' | grep -v "^$DEPS" |
+    grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libgomp|libpthread|libdl|librt|libz|libudev|libcap|libcuda|libcudart|libcublas|libcublasLt)\.so' || true)
+  row libs "$([[ -z $outside ]] && echo ok || echo WARN)" \
+    "$([[ -z $outside ]] && echo "all non-system libraries from $DEPS" || echo "from elsewhere:" $outside)"
+fi
+
 # --- 4. tests -----------------------------------------------------------------------
 if [[ $bld -eq 0 ]]; then
   t=$(date +%s)
