@@ -99,7 +99,7 @@ fi
 # --- 4. tests -----------------------------------------------------------------------
 if [[ $bld -eq 0 ]]; then
   t=$(date +%s)
-  "$BUILD/tests/ringstep_cuda_tests" --gtest_output="xml:$LOGS/cuda_tests.xml" \
+  timeout 180 "$BUILD/tests/ringstep_cuda_tests" --gtest_output="xml:$LOGS/cuda_tests.xml" \
     >"$LOGS/cuda_tests.log" 2>&1
   rc=$?
   passed=$(grep -c '^\[       OK \]' "$LOGS/cuda_tests.log")
@@ -111,8 +111,8 @@ if [[ $bld -eq 0 ]]; then
 
   if command -v compute-sanitizer >/dev/null && [[ $REHEARSE == 0 ]]; then
     t=$(date +%s)
-    timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      "$BUILD/tests/ringstep_cuda_tests" --gtest_filter='CudaBackendOps*:CudaOps*' \
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$BUILD/tests/ringstep_cuda_tests" --gtest_filter='*CudaBackendOps*:CudaOps*:CudaOptim*' \
       >"$LOGS/memcheck.log" 2>&1
     rc=$?
     errs=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$LOGS/memcheck.log")
