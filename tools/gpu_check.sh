@@ -102,9 +102,10 @@ if [[ $bld -eq 0 ]]; then
   timeout 180 "$BUILD/tests/ringstep_cuda_tests" --gtest_output="xml:$LOGS/cuda_tests.xml" \
     >"$LOGS/cuda_tests.log" 2>&1
   rc=$?
-  passed=$(grep -c '^\[       OK \]' "$LOGS/cuda_tests.log")
-  skipped=$(grep -c '^\[  SKIPPED \]' "$LOGS/cuda_tests.log")
-  failed=$(grep '^\[  FAILED  \]' "$LOGS/cuda_tests.log" | grep -v 'listed below' | sort -u | wc -l)
+  # GoogleTest's own summary lines (each test also has a per-test line: not counted).
+  passed=$(grep -oP '^\[  PASSED  \] \K[0-9]+' "$LOGS/cuda_tests.log" || echo 0)
+  skipped=$(grep -oP '^\[  SKIPPED \] \K[0-9]+(?= tests?, listed below)' "$LOGS/cuda_tests.log" || echo 0)
+  failed=$(grep -oP '^ *\K[0-9]+(?= FAILED TESTS?)' "$LOGS/cuda_tests.log" || echo 0)
   row cuda_tests "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" \
     "$passed passed, $skipped skipped, $failed failed ($(elapsed $t))"
   grep -E '^\[  FAILED  \]|Failure|rel|error' "$LOGS/cuda_tests.log" | head -40
