@@ -17,8 +17,8 @@ namespace ringstep {
 
 class Arena {
  public:
-  // CAPACITY_BYTES (rounded up to 64) on DEVICE; only Device::cpu allocates in this build
-  // (InputError otherwise).
+  // CAPACITY_BYTES (rounded up to 64) on DEVICE: one cudaMalloc for Device::cuda
+  // (InputError where require_device refuses it).
   explicit Arena(size_t capacity_bytes, Device device = Device::cpu);
   // An arena of unlimited capacity that allocates no memory (see the top of this file).
   static Arena make_counting() { return Arena(); }

@@ -99,8 +99,9 @@ class Backend {
                                      float dloss, int N, int V, Arena& arena) = 0;
 };
 
-// The backend for DEVICE storing activations as ACT_DTYPE (f32, bf16 or f16). Device::cuda
-// is an InputError in this build.
-std::unique_ptr<Backend> make_backend(Device device, DType act_dtype);
+// The backend for DEVICE storing activations as ACT_DTYPE (f32, bf16 or f16; cuda: f32 or
+// bf16, core/cuda/cuda_backend.h). Device::cuda is an InputError without the CUDA backend
+// or a usable GPU. TF32 lets a cuda backend's fp32 products use TF32 (the CPU ignores it).
+std::unique_ptr<Backend> make_backend(Device device, DType act_dtype, bool tf32 = false);
 
 }  // namespace ringstep

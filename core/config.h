@@ -146,6 +146,7 @@ struct LossScaleConfig {
 
 struct PrecisionConfig {
   DType dtype = DType::f32;  // activations and matrix-product inputs
+  bool tf32 = false;          // cuda: fp32 matrix products may use TF32 tensor cores
   LossScaleConfig loss_scale;
 
   bool operator==(const PrecisionConfig&) const = default;

@@ -298,7 +298,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(run.name), text(), "run name, shown in logs and the summary"),
   key(KEY(run.out_dir), text(), "run directory: config.yaml, steps.jsonl, trace/, checkpoints/"),
   key(KEY(run.seed), number<uint64_t>(), "seed for weight init and data; same config, seed and world size give the same losses"),
-  key(KEY(run.device), choice<Device>({Device::cuda}), "where the model runs"),
+  key(KEY(run.device), choice<Device>({Device::cuda}), "where the model runs; cuda: the backend and model run on a GPU (docs/gpu.md) but the trainer's optimizer, clipping, loss scaler and checkpoints still read host memory"),
   key(KEY(run.threads), number<int>(at_least(1), kAuto), "CPU threads per rank; auto = cores / ranks on this node"),
   key(KEY(run.overwrite), boolean(), "start afresh in an out_dir holding an earlier run's steps.jsonl or checkpoints (deletes them); false = refuse unless resuming"),
   key(KEY(run.memory_limit_mb), number<double>(at_least(0)), "memory one rank may use, in MiB, that `ringstep report` judges the activation peak against (an accelerator's memory, a cgroup limit); 0 = physical RAM / ranks on the node"),
@@ -331,6 +331,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(train.on_nan), choice<OnNan>(), "an inf/NaN loss or gradient with no loss scaling (fp32, bf16, mode none): stop the run naming the step and rank, or skip the step"),
 
   key(KEY(precision.dtype), choice<DType>(), "activation and matmul-input dtype; master weights stay fp32"),
+  key(KEY(precision.tf32), boolean(), "cuda, fp32: let matrix products use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation); false = true fp32"),
   key(KEY(precision.loss_scale.mode), choice<LossScaleMode>(), "loss scaling; auto = dynamic for fp16, none for bf16 and fp32 (they have fp32's exponent range); see docs/precision.md"),
   key(KEY(precision.loss_scale.initial), number<double>(in('(', 0, kMaxLossScale, ']')), "starting scale (the scale for static); at most 2^24, see docs/precision.md"),
   key(KEY(precision.loss_scale.growth_factor), number<double>(above(1)), "scale *= this after growth_interval clean steps in a row (never above 2^24)"),

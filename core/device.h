@@ -1,6 +1,6 @@
-// Where a buffer lives and where ops run. Only Device::cpu allocates and computes in this
-// build; asking for cuda memory or a cuda backend is an InputError naming the request (a
-// later CUDA backend adds the device side; core/cuda/device.h only probes for a GPU).
+// Where a buffer lives and where ops run. Device::cuda allocates and computes only in a
+// build with the CUDA backend (RINGSTEP_HAVE_CUDA) on a machine with a usable GPU; asking
+// for it elsewhere is an InputError naming the request.
 #pragma once
 
 #include <array>
@@ -15,8 +15,8 @@ constexpr auto enum_names(Device) {
   return std::to_array<EnumName<Device>>({{Device::cpu, "cpu"}, {Device::cuda, "cuda"}});
 }
 
-// Throws InputError("WHAT: device cuda is not available in this build ...") unless D is
-// a device this build can allocate on and run ops on.
+// Throws InputError("WHAT: device cuda ...") unless D is a device this build can allocate
+// on and run ops on here.
 void require_device(Device d, const char* what);
 
 }  // namespace ringstep

@@ -4,8 +4,10 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <string>
 
 #include "core/aligned_alloc.h"
+#include "core/cuda/device.h"
 
 namespace ringstep {
 
@@ -35,6 +37,13 @@ size_t Registry::param_count() const {
 
 FlatBuffer::FlatBuffer(size_t n, Device device) : n_(n), device_(device) {
   require_device(device, "flat buffer");
+#ifdef RINGSTEP_HAVE_CUDA
+  if (device == Device::cuda) {
+    data_ = static_cast<float*>(cuda::device_alloc(n * sizeof(float)));
+    zero();
+    return;
+  }
+#endif
   data_ = static_cast<float*>(allocate_buffer(n * sizeof(float)));
 }
 
@@ -45,7 +54,7 @@ FlatBuffer::FlatBuffer(FlatBuffer&& o) noexcept : data_(o.data_), n_(o.n_), devi
 
 FlatBuffer& FlatBuffer::operator=(FlatBuffer&& o) noexcept {
   if (this != &o) {
-    release_buffer(data_);
+    free_data();
     data_ = o.data_;
     n_ = o.n_;
     device_ = o.device_;
@@ -55,10 +64,39 @@ FlatBuffer& FlatBuffer::operator=(FlatBuffer&& o) noexcept {
   return *this;
 }
 
-FlatBuffer::~FlatBuffer() { release_buffer(data_); }
+FlatBuffer::~FlatBuffer() { free_data(); }
+
+void FlatBuffer::free_data() {
+#ifdef RINGSTEP_HAVE_CUDA
+  if (device_ == Device::cuda) {
+    cuda::device_free(data_);
+    return;
+  }
+#endif
+  release_buffer(data_);
+}
 
 void FlatBuffer::zero() {
+#ifdef RINGSTEP_HAVE_CUDA
+  if (device_ == Device::cuda) {
+    cuda::device_memset_zero(data_, n_ * sizeof(float));
+    return;
+  }
+#endif
   if (n_) std::memset(data_, 0, n_ * sizeof(float));
+}
+
+void copy_buffer(FlatBuffer& dst, const FlatBuffer& src) {
+  if (dst.size() != src.size())
+    throw std::invalid_argument("copy_buffer: " + std::to_string(src.size()) + " floats into " +
+                                std::to_string(dst.size()));
+#ifdef RINGSTEP_HAVE_CUDA
+  if (dst.device() == Device::cuda || src.device() == Device::cuda) {
+    cuda::copy_bytes(dst.data(), src.data(), src.bytes());
+    return;
+  }
+#endif
+  if (src.size()) std::memcpy(dst.data(), src.data(), src.bytes());
 }
 
 }  // namespace ringstep

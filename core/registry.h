@@ -45,7 +45,7 @@ class Registry {
 };
 
 // A 64-byte aligned, zero-initialised float buffer laid out by a registry, in the memory
-// of one device (only Device::cpu allocates in this build: InputError otherwise).
+// of one device: one cudaMalloc for Device::cuda (InputError where require_device refuses).
 class FlatBuffer {
  public:
   FlatBuffer() = default;
@@ -66,9 +66,15 @@ class FlatBuffer {
   void zero();
 
  private:
+  void free_data();
+
   float* data_ = nullptr;
   size_t n_ = 0;
   Device device_ = Device::cpu;
 };
+
+// dst = src, element for element, between any two devices (sizes must match:
+// std::invalid_argument otherwise). Blocking.
+void copy_buffer(FlatBuffer& dst, const FlatBuffer& src);
 
 }  // namespace ringstep

@@ -19,7 +19,7 @@ double gpt_param_estimate(const ModelConfig& m) {
 }
 
 Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt, Device device)
-    : cfg_(cfg), opt_(opt), backend_(make_backend(device, opt.act_dtype)) {
+    : cfg_(cfg), opt_(opt), backend_(make_backend(device, opt.act_dtype, opt.tf32)) {
   if (opt_.recompute_k < 1) throw InputError("recompute.k must be >= 1");
   const int64_t V = cfg.vocab_size, T = cfg.seq_len, C = cfg.d_model;
   // Order: embeddings, blocks 0..L-1 each contiguous, final LayerNorm. docs/formats.md.
@@ -44,8 +44,8 @@ Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt, Device device)
   }
   lnf_w_ = reg_.add("lnf.weight", {C}, false);
   lnf_b_ = reg_.add("lnf.bias", {C}, false);
-  params_ = FlatBuffer(reg_.total_numel());
-  grads_ = FlatBuffer(reg_.total_numel());
+  params_ = FlatBuffer(reg_.total_numel(), device);
+  grads_ = FlatBuffer(reg_.total_numel(), device);
   // Each matrix product is timed under the name of its weight.
   std::vector<std::pair<size_t, Op>> weight_ops = {{reg_.at(wte_).offset, Op::lm_head}};
   for (const Layer& L : layers_)
@@ -58,11 +58,22 @@ Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt, Device device)
 }
 
 void Gpt::init(uint64_t seed) {
-  params_.zero();
+  if (params_.device() != Device::cpu) {  // initialise on the host, then one copy
+    FlatBuffer host(params_.size());
+    init_host(host, seed);
+    copy_buffer(params_, host);
+    weights_stale_ = true;
+    return;
+  }
+  init_host(params_, seed);
+}
+
+void Gpt::init_host(FlatBuffer& params, uint64_t seed) const {
+  params.zero();
   const float residual_std = 0.02f / std::sqrt(2.0f * cfg_.n_layers);
   for (size_t i = 0; i < reg_.size(); ++i) {
     const TensorInfo& t = reg_.at(i);
-    float* w = params_.at(t);
+    float* w = params.at(t);
     const bool is_ln_weight = t.name.find("ln") != std::string::npos &&
                               t.name.find(".weight") != std::string::npos;
     if (is_ln_weight) {

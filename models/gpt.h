@@ -42,13 +42,15 @@ struct GptOptions {
   DType act_dtype = DType::f32;  // storage of saved activations: f32, bf16 or f16
   RecomputePolicy recompute = RecomputePolicy::none;
   int recompute_k = 2;  // every_k: blocks whose index is a multiple of k are recomputed
+  bool tf32 = false;    // cuda: fp32 products may use TF32 (precision.tf32)
 };
 
 class Gpt {
  public:
-  // Parameters and gradients live in host memory; activations and the ops on them on
-  // DEVICE, through make_backend(DEVICE, opt.act_dtype) (InputError for a device this build
-  // lacks).
+  // Parameters, gradients, activations and the ops on them live on DEVICE, through
+  // make_backend(DEVICE, opt.act_dtype, opt.tf32) (InputError for a device this build or
+  // machine lacks). On cuda, forward's arena must be a cuda arena and inputs/targets stay
+  // host memory.
   explicit Gpt(const ModelConfig& cfg, const GptOptions& opt = {}, Device device = Device::cpu);
 
   const ModelConfig& config() const { return cfg_; }
@@ -137,6 +139,7 @@ class Gpt {
     bool kept(Keep k) const { return (kept_by >> int(k)) & 1; }
   };
   Keep keep(int layer) const;
+  void init_host(FlatBuffer& params, uint64_t seed) const;  // init() on host memory
   const float* p(size_t i) const { return params_.data() + reg_.at(i).offset; }
   float* g(size_t i) { return grads_.data() + reg_.at(i).offset; }
 

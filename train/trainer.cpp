@@ -46,7 +46,7 @@ void clip_trace_window(const Config& cfg, RunFacts& f) {
 }
 
 GptOptions model_options(const Config& cfg) {
-  return {cfg.precision.dtype, cfg.recompute.policy, cfg.recompute.k};
+  return {cfg.precision.dtype, cfg.recompute.policy, cfg.recompute.k, cfg.precision.tf32};
 }
 
 // Checks the config (a caller may have changed it after loading) and what depends on the

@@ -1,6 +1,9 @@
-// CUDA_CHECK / CUBLAS_CHECK: every CUDA runtime and cuBLAS call goes through one of them.
-// A failure throws std::runtime_error naming the call, the error code and string, the
-// file:line and, under a launcher, the rank. Include only from CUDA-enabled sources.
+// CUDA_CHECK / CUBLAS_CHECK: every CUDA runtime, cuBLAS and cuBLASLt call goes through one
+// of them (cuBLASLt returns cublasStatus_t too), and every kernel launch is followed by
+// CUDA_CHECK(cudaGetLastError()). A failure throws std::runtime_error naming the call, the
+// error code and string, the file:line and, under a launcher, the rank. The one exception
+// is releasing in destructors (cudaFree, *Destroy), which must not throw. Include only
+// from CUDA-enabled sources.
 #pragma once
 
 #include <cublas_v2.h>

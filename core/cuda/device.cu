@@ -1,5 +1,6 @@
 #include <cuda_runtime_api.h>
 
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/device.h"
 
 namespace ringstep {
@@ -29,3 +30,35 @@ std::string cuda_device_name() {
 }
 
 }  // namespace ringstep
+
+namespace ringstep::cuda {
+
+void* device_alloc(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+  return p;
+}
+
+void device_free(void* p) {
+  if (p != nullptr) cudaFree(p);
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+void device_memset_zero(void* p, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes));
+}
+
+void device_synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+}  // namespace ringstep::cuda

@@ -1,0 +1,109 @@
+// The GPU step benchmark of issue 12: GPT-2 124M (V 50257, T 1024, C 768, 12 layers, 12
+// heads) forward + backward on cuda, bf16 by default, through Gpt and CudaBackend; no
+// optimizer (the trainer does not run on cuda yet). Prints per-phase milliseconds (median
+// of the timed steps, host clock after a device synchronise), tokens/s and MFU against the
+// dense bf16 peak of the GPU named in a small table (FLOPs 6N + 6LCT per token, as the CPU
+// path counts them: Gpt::model_flops_per_token), then one RESULT line.
+//   ringstep_cuda_bench [B] [steps] [fp32|bf16]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/cuda/device.h"
+#include "models/gpt.h"
+
+namespace ringstep {
+namespace {
+
+// Dense (no sparsity) tensor-core peaks in TFLOP/s from the vendors' datasheets; 0 = unknown.
+double peak_tflops(const std::string& gpu, bool bf16) {
+  struct Peak {
+    const char* name;
+    double bf16, tf32;
+  };
+  const Peak table[] = {{"H200", 989, 495}, {"H100", 989, 495}, {"A100", 312, 156},
+                        {"L40S", 362, 183}, {"L4", 121, 60}};
+  for (const Peak& p : table)
+    if (gpu.find(p.name) != std::string::npos) return bf16 ? p.bf16 : p.tf32;
+  return 0;
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int run(int B, int steps, DType dt) {
+  if (!cuda_available()) {
+    std::printf("RESULT skipped: no CUDA device\n");
+    return 0;
+  }
+  ModelConfig m{50257, 1024, 768, 12, 12};
+  const int T = m.seq_len;
+  GptOptions opt;
+  opt.act_dtype = dt;
+  Gpt gpt(m, opt, Device::cuda);
+  gpt.init(1);
+  Arena arena(gpt.count_arena_bytes(B, T), Device::cuda);
+  std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i] = int32_t((i * 7919) % m.vocab_size);
+    tg[i] = int32_t((i * 104729 + 1) % m.vocab_size);
+  }
+  std::vector<double> fwd, bwd;
+  float loss = 0;
+  for (int s = 0; s < steps + 2; ++s) {  // two warm-up steps: cuBLASLt heuristics, clocks
+    gpt.grads().zero();
+    cuda::device_synchronize();
+    const double t0 = now_ms();
+    loss = gpt.forward(in.data(), tg.data(), B, T, arena);  // returns after a sync
+    const double t1 = now_ms();
+    gpt.backward(1.0f, arena);
+    cuda::device_synchronize();
+    const double t2 = now_ms();
+    if (s >= 2) {
+      fwd.push_back(t1 - t0);
+      bwd.push_back(t2 - t1);
+    }
+  }
+  const std::string gpu = cuda_device_name();
+  const double f = median(fwd), b = median(bwd), step = f + b;
+  const double tok_s = double(B) * T / (step / 1e3);
+  const double peak = peak_tflops(gpu, dt != DType::f32);
+  const double achieved = gpt.model_flops_per_token() * tok_s / 1e12;
+  std::printf("gpu: %s; params %zu; arena %.2f GiB; loss %.4f\n", gpu.c_str(), gpt.param_count(),
+              double(arena.peak_bytes()) / (1 << 30), loss);
+  std::printf("phase     ms (median of %d)\nforward   %.2f\nbackward  %.2f\nstep      %.2f\n",
+              steps, f, b, step);
+  std::printf("RESULT %s B=%d T=%d: %.1f ms/step, %.0f tok/s, %.1f TFLOP/s, MFU %.1f%% of %.0f\n",
+              dtype_name(dt), B, T, step, tok_s, achieved, peak > 0 ? 100 * achieved / peak : 0.0,
+              peak);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringstep
+
+int main(int argc, char** argv) {
+  const int B = argc > 1 ? std::atoi(argv[1]) : 16;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
+  const ringstep::DType dt = argc > 3 && std::string(argv[3]) == "fp32" ? ringstep::DType::f32
+                                                                        : ringstep::DType::bf16;
+  try {
+    return ringstep::run(B, steps, dt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ringstep_cuda_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,312 @@
+#include "core/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <stdexcept>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device.h"
+#include "core/cuda/gemm_plan.h"
+#include "core/cuda/kernels.cuh"
+#include "core/cuda/lt_gemm.h"
+#include "core/cuda/ops_cuda.h"
+#include "core/error.h"
+
+namespace ringstep::cuda {
+namespace {
+
+namespace k = kernels;
+
+constexpr int kBlock = 256;            // threads of elementwise and row kernels
+constexpr int kRowsPerBlock = kBlock / 32;
+constexpr int kXentThreads = 512;      // one block per row of the vocabulary
+constexpr int kSumThreads = 256;
+
+unsigned grid_for(size_t n) {
+  return static_cast<unsigned>(std::min<size_t>((n + kBlock - 1) / kBlock, size_t(1) << 16));
+}
+unsigned grid_rows(int rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+// Launches KERNEL over (GRID, BLOCK) on stream_ and checks the launch where it is written.
+#define RS_LAUNCH(kernel, grid, block, ...)            \
+  do {                                                 \
+    kernel<<<(grid), (block), 0, stream_>>>(__VA_ARGS__); \
+    CUDA_CHECK(cudaGetLastError());                    \
+  } while (0)
+
+template <typename S>
+S* as(void* p) { return static_cast<S*>(p); }
+template <typename S>
+const S* as(const void* p) { return static_cast<const S*>(p); }
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(DType dt, bool tf32) : dt_(dt), tf32_(tf32) {}
+  ~CudaBackend() override { device_free(weights16_); }
+
+  Device device() const override { return Device::cuda; }
+  DType act_dtype() const override { return dt_; }
+
+  void set_weights(const float* params, size_t n) override {
+    params_ = params;
+    params_n_ = n;
+    if (!half()) return;
+    if (n != weights16_n_) {  // once per buffer size, outside any step
+      device_free(weights16_);
+      weights16_ = static_cast<uint16_t*>(device_alloc(n * sizeof(uint16_t)));
+      weights16_n_ = n;
+    }
+    fp32_to_bf16(params, weights16_, n, stream_);
+  }
+
+  void zero(float* x, size_t n, Arena& arena) override {
+    if (!arena.counting() && n) CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), stream_));
+  }
+
+  void encoder_forward(void* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C, Arena& arena) override {
+    ArenaScope scope(arena);
+    const int32_t* dtok = upload_ints(tokens, size_t(B) * T, arena);
+    if (arena.counting()) return;
+    const size_t n = size_t(B) * T * C;
+    dispatch([&]<typename S>() {
+      RS_LAUNCH(k::encoder_forward_kernel<S>, grid_for(n), kBlock, as<S>(out), dtok, wte, wpe, T, C, n);
+    });
+  }
+
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C, Arena& arena) override {
+    ArenaScope scope(arena);
+    const int32_t* dtok = upload_ints(tokens, size_t(B) * T, arena);
+    if (arena.counting()) return;
+    const size_t n = size_t(B) * T * C, tc = size_t(T) * C;
+    RS_LAUNCH(k::encoder_backward_wte_kernel, grid_for(n), kBlock, dwte, dout, dtok, C, n);
+    RS_LAUNCH(k::encoder_backward_wpe_kernel, grid_for(tc), kBlock, dwpe, dout, B, T, C, tc);
+  }
+
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const float* weight,
+                         const float* bias, int N, int C, Arena& arena) override {
+    if (arena.counting()) return;
+    dispatch([&]<typename S>() {
+      RS_LAUNCH(k::layernorm_forward_kernel<S>, grid_rows(N), kBlock, as<S>(out), mean, rstd,
+                as<S>(inp), weight, bias, N, C);
+    });
+  }
+
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const void* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C, Arena& arena) override {
+    if (arena.counting()) return;
+    dispatch([&]<typename S>() {
+      RS_LAUNCH(k::layernorm_backward_dinp_kernel<S>, grid_rows(N), kBlock, dinp, dout, as<S>(inp),
+                weight, mean, rstd, N, C);
+      column_sums(dweight, dbias, dout, as<S>(inp), mean, rstd, N, C);
+    });
+  }
+
+  void linear_forward(void* out, const void* inp, const float* weight, const float* bias,
+                      const void* residual, int N, int C, int OC, Arena& arena) override {
+    ArenaScope scope(arena);
+    const size_t n = size_t(N) * OC;
+    // fp32: the product lands in OUT and the epilogue runs in place.
+    float* y = half() ? arena.alloc_floats(n) : as<float>(out);
+    if (arena.counting()) return;
+    gemm(plan_linear_forward(N, C, OC), weight_operand(weight), inp, y);
+    dispatch([&]<typename S>() {
+      RS_LAUNCH(k::bias_residual_kernel<S>, grid_for(n), kBlock, as<S>(out), y, bias,
+                as<S>(residual), OC, n);
+    });
+  }
+
+  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const void* inp, const float* weight, int N, int C, int OC,
+                       Arena& arena) override {
+    ArenaScope scope(arena);
+    const void* d = rounded(dout, size_t(N) * OC, arena);
+    if (arena.counting()) return;
+    if (dinp != nullptr) gemm(plan_linear_dinp(N, C, OC), weight_operand(weight), d, dinp);
+    gemm(plan_linear_dweight(N, C, OC), inp, d, dweight);
+    if (dbias != nullptr) column_sums<float>(nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC);
+  }
+
+  void logits_forward(float* logits, const void* inp, const float* wte, int N, int C, int V,
+                      Arena& arena) override {
+    if (arena.counting()) return;
+    gemm(plan_linear_forward(N, C, V), weight_operand(wte), inp, logits);
+  }
+
+  void attention_forward(void* out, void* att, const void* qkv, int B, int T, int C, int NH,
+                         Arena& arena) override;
+  void attention_backward(float* dqkv, const float* dout, const void* qkv, const void* att, int B,
+                          int T, int C, int NH, Arena& arena) override;
+
+  void gelu_forward(void* out, const void* inp, int N, int C, Arena& arena) override {
+    if (arena.counting()) return;
+    const size_t n = size_t(N) * C;
+    dispatch([&]<typename S>() {
+      RS_LAUNCH(k::gelu_forward_kernel<S>, grid_for(n), kBlock, as<S>(out), as<S>(inp), n);
+    });
+  }
+
+  void gelu_backward(float* d, const void* inp, int N, int C, Arena& arena) override {
+    if (arena.counting()) return;
+    const size_t n = size_t(N) * C;
+    dispatch([&]<typename S>() {
+      RS_LAUNCH(k::gelu_backward_kernel<S>, grid_for(n), kBlock, d, as<S>(inp), n);
+    });
+  }
+
+  float crossentropy_forward(float* losses, float* probs, const float* logits,
+                             const int32_t* targets, int N, int V, Arena& arena) override {
+    ArenaScope scope(arena);
+    const int32_t* dtg = upload_ints(targets, size_t(N), arena);
+    auto* sum = static_cast<double*>(arena.alloc_bytes(sizeof(double)));
+    if (arena.counting()) return 0.0f;
+    RS_LAUNCH(k::softmax_xent_kernel, unsigned(N), kXentThreads, losses, probs, logits, dtg, V);
+    RS_LAUNCH(k::sum_losses_kernel<kSumThreads>, 1u, kSumThreads, sum, losses, N);
+    double host_sum = 0.0;
+    CUDA_CHECK(cudaMemcpyAsync(&host_sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return static_cast<float>(host_sum / N);
+  }
+
+  void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
+                             float dloss, int N, int V, Arena& arena) override {
+    ArenaScope scope(arena);
+    const int32_t* dtg = upload_ints(targets, size_t(N), arena);
+    if (arena.counting()) return;
+    const size_t n = size_t(N) * V;
+    RS_LAUNCH(k::xent_backward_kernel, grid_for(n), kBlock, dlogits, probs, dtg, dloss, V, n);
+  }
+
+ private:
+  bool half() const { return dt_ != DType::f32; }
+  cudaDataType_t ab_type() const { return half() ? CUDA_R_16BF : CUDA_R_32F; }
+
+  // Calls FN.template operator()<S>() with S the storage type.
+  template <typename Fn>
+  void dispatch(Fn&& fn) {
+    if (half())
+      fn.template operator()<uint16_t>();
+    else
+      fn.template operator()<float>();
+  }
+
+  void gemm(const GemmPlan& p, const void* A, const void* B, float* C) {
+    lt_.run(p, ab_type(), tf32_, A, B, C, stream_);
+  }
+
+  // The operand a product reads for weight W: W itself (fp32) or its bf16 copy.
+  const void* weight_operand(const float* w) const {
+    if (!half()) return w;
+    const std::less<const float*> before;
+    if (params_ == nullptr || before(w, params_) || !before(w, params_ + params_n_))
+      throw std::logic_error("CudaBackend: a weight outside the buffer given to set_weights");
+    return weights16_ + (w - params_);
+  }
+
+  // X (fp32, N values) as a product operand: X itself, or a bf16 copy in arena scratch.
+  const void* rounded(const float* x, size_t n, Arena& arena) {
+    if (!half()) return x;
+    auto* r = static_cast<uint16_t*>(arena.alloc_bytes(n * sizeof(uint16_t)));
+    if (!arena.counting()) RS_LAUNCH(k::narrow_kernel<uint16_t>, grid_for(n), kBlock, r, x, n);
+    return r;
+  }
+
+  // A device copy of N host ints in arena scratch (not filled when counting).
+  const int32_t* upload_ints(const int32_t* host, size_t n, Arena& arena) {
+    auto* d = static_cast<int32_t*>(arena.alloc_bytes(n * sizeof(int32_t)));
+    if (!arena.counting())
+      CUDA_CHECK(cudaMemcpyAsync(d, host, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    return d;
+  }
+
+  // dw[c] += sum_r dout[r, c] xhat[r, c] (when INP is given), db[c] += sum_r dout[r, c].
+  template <typename S>
+  void column_sums(float* dw, float* db, const float* dout, const S* inp, const float* mean,
+                   const float* rstd, int N, int C) {
+    const int rows = std::max(64, (N + 65534) / 65535);  // grid.y stays within its limit
+    const dim3 grid(unsigned((C + 31) / 32), unsigned((N + rows - 1) / rows)), block(32, 8);
+    RS_LAUNCH(k::column_sums_kernel<S>, grid, block, dw, db, dout, inp, mean, rstd, N, C, rows);
+  }
+
+  DType dt_;
+  bool tf32_;
+  cudaStream_t stream_ = nullptr;  // the legacy default stream: ordered with plain cudaMemcpy
+  LtGemm lt_;
+  const float* params_ = nullptr;
+  size_t params_n_ = 0;
+  uint16_t* weights16_ = nullptr;
+  size_t weights16_n_ = 0;
+};
+
+// Per (batch, head): scores = q k^T, att = causal softmax(scores / sqrt(hs)), out = att v,
+// on per-head copies of q, k, v so that each product is one strided-batched GEMM.
+void CudaBackend::attention_forward(void* out, void* att, const void* qkv, int B, int T, int C,
+                                    int NH, Arena& arena) {
+  ArenaScope scope(arena);
+  const int hs = C / NH, BH = B * NH;
+  const size_t nh = size_t(BH) * T * hs, ntt = size_t(BH) * T * T, es = dtype_size(dt_);
+  void* q = arena.alloc_bytes(nh * es);
+  void* kk = arena.alloc_bytes(nh * es);
+  void* v = arena.alloc_bytes(nh * es);
+  float* scores = arena.alloc_floats(ntt);
+  float* out_heads = arena.alloc_floats(nh);
+  if (arena.counting()) return;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  dispatch([&]<typename S>() {
+    RS_LAUNCH(k::split_heads_kernel<S>, grid_for(nh), kBlock, as<S>(q), as<S>(kk), as<S>(v),
+              as<S>(qkv), T, NH, hs, nh);
+    gemm(plan_attention_scores(BH, T, hs), kk, q, scores);
+    RS_LAUNCH(k::causal_softmax_kernel<S>, grid_rows(BH * T), kBlock, as<S>(att), scores, scale, T,
+              BH * T);
+    gemm(plan_attention_values(BH, T, hs), v, att, out_heads);
+    RS_LAUNCH(k::merge_heads_kernel<S>, grid_for(nh), kBlock, as<S>(out), out_heads, T, NH, hs, nh);
+  });
+}
+
+void CudaBackend::attention_backward(float* dqkv, const float* dout, const void* qkv,
+                                     const void* att, int B, int T, int C, int NH, Arena& arena) {
+  ArenaScope scope(arena);
+  const int hs = C / NH, BH = B * NH;
+  const size_t nh = size_t(BH) * T * hs, ntt = size_t(BH) * T * T, es = dtype_size(dt_);
+  void* q = arena.alloc_bytes(nh * es);
+  void* kk = arena.alloc_bytes(nh * es);
+  void* v = arena.alloc_bytes(nh * es);
+  void* dout_heads = arena.alloc_bytes(nh * es);
+  float* datt = arena.alloc_floats(ntt);
+  void* dscores = arena.alloc_bytes(ntt * es);
+  float* dq = arena.alloc_floats(nh);
+  float* dk = arena.alloc_floats(nh);
+  float* dv = arena.alloc_floats(nh);
+  if (arena.counting()) return;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  dispatch([&]<typename S>() {
+    RS_LAUNCH(k::split_heads_kernel<S>, grid_for(nh), kBlock, as<S>(q), as<S>(kk), as<S>(v),
+              as<S>(qkv), T, NH, hs, nh);
+    RS_LAUNCH(k::split_grad_kernel<S>, grid_for(nh), kBlock, as<S>(dout_heads), dout, T, NH, hs, nh);
+    gemm(plan_attention_datt(BH, T, hs), v, dout_heads, datt);
+    gemm(plan_attention_dv(BH, T, hs), dout_heads, att, dv);
+    RS_LAUNCH(k::causal_softmax_backward_kernel<S>, grid_rows(BH * T), kBlock, as<S>(dscores), datt,
+              as<S>(att), scale, T, BH * T);
+    gemm(plan_attention_dq(BH, T, hs), kk, dscores, dq);
+    gemm(plan_attention_dk(BH, T, hs), q, dscores, dk);
+    RS_LAUNCH(k::merge_dqkv_kernel, grid_for(nh), kBlock, dqkv, dq, dk, dv, T, NH, hs, nh);
+  });
+}
+
+#undef RS_LAUNCH
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(DType act_dtype, bool tf32) {
+  if (act_dtype == DType::f16)
+    throw InputError("backend: device cuda stores fp32 or bf16 activations; fp16 is not built yet");
+  require_device(Device::cuda, "backend");
+  return std::make_unique<CudaBackend>(act_dtype, tf32);
+}
+
+}  // namespace ringstep::cuda

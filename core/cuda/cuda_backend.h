@@ -1,0 +1,27 @@
+// The CUDA backend (core/backend.h) for fp32 and bf16 storage, on the legacy default
+// stream of the current device:
+// - Every pointer argument is device memory, except TOKENS and TARGETS (host, copied into
+//   arena scratch) and the loss that crossentropy_forward returns (the one blocking copy).
+// - Matrix products run on cuBLASLt with fp32 accumulation and fp32 output (GemmPlan,
+//   core/cuda/gemm_plan.h); bf16 storage feeds bf16 operands (a bf16 copy of the weights
+//   made by set_weights, dout and dS rounded where they enter a product, as CpuBackend
+//   does); fp32 storage uses true fp32 products unless TF32 is asked for.
+// - Every other op computes in fp32 and rounds when it stores (round to nearest even,
+//   bit-identical to core/dtype.h), so recomputed activations are the first ones.
+// - All scratch comes from the (device) arena: no allocation inside a step. set_weights
+//   allocates the bf16 weight copy once per parameter-buffer size.
+// - Weight gradients of the embedding and of LayerNorm/bias column sums add with atomics,
+//   so they may differ from run to run in the last bits (the CPU backend's do not).
+// fp16 storage is an InputError (not built yet).
+#pragma once
+
+#include <memory>
+
+#include "core/backend.h"
+
+namespace ringstep::cuda {
+
+// Throws InputError for fp16 or when no CUDA device is usable.
+std::unique_ptr<Backend> make_cuda_backend(DType act_dtype, bool tf32);
+
+}  // namespace ringstep::cuda

@@ -1,0 +1,124 @@
+#include "core/cuda/gemm_plan.h"
+
+
+namespace ringstep::cuda {
+namespace {
+
+// Stored dimensions (rows, cols) of a column-major operand that is op'd to R x S.
+size_t span(int64_t rows_stored, int64_t cols_stored, int64_t ld, int batch, int64_t stride) {
+  const size_t one = size_t((cols_stored - 1) * ld + rows_stored);
+  return size_t(batch - 1) * size_t(stride) + one;
+}
+
+GemmPlan per_head(bool ta, bool tb, int m, int n, int k, int64_t lda, int64_t ldb, int64_t ldc,
+                  int BH, int64_t sa, int64_t sb, int64_t sc) {
+  GemmPlan p;
+  p.trans_a = ta;
+  p.trans_b = tb;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.lda = lda;
+  p.ldb = ldb;
+  p.ldc = ldc;
+  p.batch = BH;
+  p.stride_a = sa;
+  p.stride_b = sb;
+  p.stride_c = sc;
+  return p;
+}
+
+}  // namespace
+
+// out^T (OC x N) = W (col-major C x OC, transposed) * inp^T (col-major C x N).
+GemmPlan plan_linear_forward(int N, int C, int OC) {
+  return per_head(true, false, OC, N, C, C, C, OC, 1, 0, 0, 0);
+}
+
+// dinp^T (C x N) = W^T (col-major C x OC) * dout^T (col-major OC x N).
+GemmPlan plan_linear_dinp(int N, int C, int OC) {
+  GemmPlan p = per_head(false, false, C, N, OC, C, OC, C, 1, 0, 0, 0);
+  p.beta = 1.0f;
+  return p;
+}
+
+// dweight^T (C x OC) = inp^T (col-major C x N) * dout (col-major OC x N, transposed).
+GemmPlan plan_linear_dweight(int N, int C, int OC) {
+  GemmPlan p = per_head(false, true, C, OC, N, C, OC, C, 1, 0, 0, 0);
+  p.beta = 1.0f;
+  return p;
+}
+
+// scores^T (T x T) = k (col-major hs x T, transposed) * q^T (col-major hs x T).
+GemmPlan plan_attention_scores(int BH, int T, int hs) {
+  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
+  return per_head(true, false, T, T, hs, hs, hs, T, BH, th, th, tt);
+}
+
+// out^T (hs x T) = v^T (col-major hs x T) * att^T (col-major T x T).
+GemmPlan plan_attention_values(int BH, int T, int hs) {
+  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
+  return per_head(false, false, hs, T, T, hs, T, hs, BH, th, tt, th);
+}
+
+// datt^T (T x T) = v (col-major hs x T, transposed) * dout^T (col-major hs x T).
+GemmPlan plan_attention_datt(int BH, int T, int hs) {
+  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
+  return per_head(true, false, T, T, hs, hs, hs, T, BH, th, th, tt);
+}
+
+// dv^T (hs x T) = dout^T (col-major hs x T) * att (col-major T x T holding att^T, transposed).
+GemmPlan plan_attention_dv(int BH, int T, int hs) {
+  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
+  return per_head(false, true, hs, T, T, hs, T, hs, BH, th, tt, th);
+}
+
+// dq^T (hs x T) = k^T (col-major hs x T) * dscores^T (col-major T x T).
+GemmPlan plan_attention_dq(int BH, int T, int hs) {
+  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
+  return per_head(false, false, hs, T, T, hs, T, hs, BH, th, tt, th);
+}
+
+// dk^T (hs x T) = q^T (col-major hs x T) * dscores (col-major T x T holding dscores^T,
+// transposed).
+GemmPlan plan_attention_dk(int BH, int T, int hs) {
+  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
+  return per_head(false, true, hs, T, T, hs, T, hs, BH, th, tt, th);
+}
+
+void gemm_reference(const GemmPlan& p, const float* A, const float* B, float* C) {
+  for (int b = 0; b < p.batch; ++b) {
+    const float* a = A + int64_t(b) * p.stride_a;
+    const float* bb = B + int64_t(b) * p.stride_b;
+    float* c = C + int64_t(b) * p.stride_c;
+    for (int j = 0; j < p.n; ++j) {
+      for (int i = 0; i < p.m; ++i) {
+        double acc = p.beta != 0.0f ? double(p.beta) * c[i + j * p.ldc] : 0.0;
+        for (int l = 0; l < p.k; ++l) {
+          const float av = p.trans_a ? a[l + i * p.lda] : a[i + l * p.lda];
+          const float bv = p.trans_b ? bb[j + l * p.ldb] : bb[l + j * p.ldb];
+          acc += double(av) * bv;
+        }
+        c[i + j * p.ldc] = float(acc);
+      }
+    }
+  }
+}
+
+uint32_t operand_alignment(const void* p, int batch, int64_t stride_bytes) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(p) | 64u;
+  if (batch > 1) bits |= uint64_t(stride_bytes);
+  return uint32_t(bits & (~bits + 1));  // lowest set bit
+}
+
+size_t span_a(const GemmPlan& p) {
+  return p.trans_a ? span(p.k, p.m, p.lda, p.batch, p.stride_a)
+                   : span(p.m, p.k, p.lda, p.batch, p.stride_a);
+}
+size_t span_b(const GemmPlan& p) {
+  return p.trans_b ? span(p.n, p.k, p.ldb, p.batch, p.stride_b)
+                   : span(p.k, p.n, p.ldb, p.batch, p.stride_b);
+}
+size_t span_c(const GemmPlan& p) { return span(p.m, p.n, p.ldc, p.batch, p.stride_c); }
+
+}  // namespace ringstep::cuda

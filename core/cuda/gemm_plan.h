@@ -1,0 +1,64 @@
+// The matrix products of the CUDA backend as plain data: each row-major product an op
+// needs, written as one column-major (cuBLAS) GEMM
+//   C[b] (m x n, ldc) = op(A[b]) op(B[b]) + beta C[b],  X[b] = X + b * stride_x,
+// where op(A) is m x k (stored k x m when trans_a) and op(B) is k x n (stored n x k when
+// trans_b). A row-major (R x S) matrix with row stride ld is a column-major (S x R) one with
+// the same ld, which is how every plan below is derived. Plain C++: the plans and
+// gemm_reference run on the CPU, so the layout math is tested without a GPU
+// (tests/core/cuda/gemm_plan_test.cpp); the backend hands the same plans to cuBLASLt.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ringstep::cuda {
+
+struct GemmPlan {
+  bool trans_a = false, trans_b = false;
+  int m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements; ignored when batch == 1
+  float beta = 0.0f;
+};
+
+// Linear layer, inp (N, C), weight (OC, C), out (N, OC), all row-major.
+// out = inp @ weight^T                      A = weight, B = inp, C = out
+GemmPlan plan_linear_forward(int N, int C, int OC);
+// dinp += dout @ weight                     A = weight, B = dout, C = dinp
+GemmPlan plan_linear_dinp(int N, int C, int OC);
+// dweight += dout^T @ inp                   A = inp, B = dout, C = dweight
+GemmPlan plan_linear_dweight(int N, int C, int OC);
+
+// Attention on per-head tensors q, k, v, dq, ... (BH, T, hs) and scores (BH, T, T), row-major,
+// BH = batch x heads. Each overwrites C (beta 0).
+// scores = q @ k^T                          A = k, B = q, C = scores
+GemmPlan plan_attention_scores(int BH, int T, int hs);
+// out = att @ v                             A = v, B = att, C = out
+GemmPlan plan_attention_values(int BH, int T, int hs);
+// datt = dout @ v^T                         A = v, B = dout, C = datt
+GemmPlan plan_attention_datt(int BH, int T, int hs);
+// dv = att^T @ dout                         A = dout, B = att, C = dv
+GemmPlan plan_attention_dv(int BH, int T, int hs);
+// dq = dscores @ k                          A = k, B = dscores, C = dq
+GemmPlan plan_attention_dq(int BH, int T, int hs);
+// dk = dscores^T @ q                        A = q, B = dscores, C = dk
+GemmPlan plan_attention_dk(int BH, int T, int hs);
+
+// The plan's product on the host in double, stored to float: the reference semantics of
+// what cuBLASLt is asked to compute (C is read when beta != 0).
+void gemm_reference(const GemmPlan& p, const float* A, const float* B, float* C);
+
+// The alignment cuBLASLt may assume for an operand that starts at P and, when BATCH > 1,
+// steps by STRIDE_BYTES: the largest power of two dividing both, capped at 64 bytes, the
+// arena's alignment, so that the algorithm chosen (and with it the bits of the result)
+// never depends on where in the arena a tensor happens to land.
+uint32_t operand_alignment(const void* p, int batch, int64_t stride_bytes);
+
+// Elements of the stored operands, for checking buffer sizes: the span from the first to
+// one past the last element that the plan touches.
+size_t span_a(const GemmPlan& p);
+size_t span_b(const GemmPlan& p);
+size_t span_c(const GemmPlan& p);
+
+}  // namespace ringstep::cuda

@@ -1,0 +1,56 @@
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/optim_cuda.h"
+
+namespace ringstep::cuda {
+namespace {
+
+constexpr int kBlock = 256;
+
+unsigned grid_for(size_t n) {
+  return static_cast<unsigned>(std::min<size_t>((n + kBlock - 1) / kBlock, size_t(1) << 16));
+}
+
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n,
+                             AdamWStep s, float decay) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    adamw_element(p[i], g[i], m[i], v[i], s, decay);
+}
+
+// isfinite on the device is exact (no fast-math here); one flag write per bad element.
+__global__ void unscale_check_kernel(float* g, size_t n, float inv, int* flag) {
+  bool bad = false;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const float x = inv == 1.0f ? g[i] : g[i] * inv;
+    if (inv != 1.0f) g[i] = x;
+    bad |= !isfinite(x);
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
+}
+
+}  // namespace
+
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                  const AdamWStep& step, float decay) {
+  if (n == 0) return;
+  adamw_kernel<<<grid_for(n), kBlock>>>(params, grads, m, v, n, step, decay);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+bool unscale_and_check(float* grads, size_t n, float inv_scale, int* flag) {
+  CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int)));
+  if (n > 0) {
+    unscale_check_kernel<<<grid_for(n), kBlock>>>(grads, n, inv_scale, flag);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  int host = 0;
+  CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
+  return host != 0;
+}
+
+}  // namespace ringstep::cuda

@@ -1,0 +1,36 @@
+// The per-element math of the optimizer-side kernels, shared by the CUDA kernels
+// (core/cuda/optim_cuda.cu) and the CPU tests that hold it to optim/ (host and device code).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda/attention_layout.h"  // RINGSTEP_HD
+
+namespace ringstep::cuda {
+
+// The scalars of one AdamW step (optim/adamw.cpp): bias corrections folded into the step
+// size and eps (Kingma & Ba 2015, sec. 2); DECAY = lr * weight_decay for decayed tensors.
+struct AdamWStep {
+  float beta1, beta2, eps, step_size, inv_sqrt_c2, grad_scale;
+};
+
+// The scalars of step T (1-based) exactly as AdamW::step computes them.
+inline AdamWStep adamw_scalars(double beta1, double beta2, double eps, double lr, int64_t t,
+                               double grad_scale) {
+  const double c1 = 1.0 - std::pow(beta1, double(t)), c2 = 1.0 - std::pow(beta2, double(t));
+  return {float(beta1), float(beta2), float(eps), float(lr / c1), float(1.0 / std::sqrt(c2)),
+          float(grad_scale)};
+}
+
+// One element of AdamW::step: g scaled, moments updated, decoupled decay.
+RINGSTEP_HD void adamw_element(float& p, float g, float& m, float& v, const AdamWStep& s,
+                               float decay) {
+  const float gi = g * s.grad_scale;
+  m = s.beta1 * m + (1.0f - s.beta1) * gi;
+  v = s.beta2 * v + (1.0f - s.beta2) * gi * gi;
+  const float denom = sqrtf(v) * s.inv_sqrt_c2 + s.eps;
+  p -= s.step_size * m / denom + decay * p;
+}
+
+}  // namespace ringstep::cuda

@@ -1,0 +1,96 @@
+// The device optimizer passes against optim/ (AdamW::step, LossScaler's unscale + check),
+// on a buffer of odd length. Skips with the reason when no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/cuda/device.h"
+#include "core/registry.h"
+#include "optim/adamw.h"
+
+#ifdef RINGSTEP_HAVE_CUDA
+#include "core/cuda/optim_cuda.h"
+#endif
+
+namespace ringstep {
+namespace {
+
+class CudaOptim : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef RINGSTEP_HAVE_CUDA
+    GTEST_SKIP() << "built without the CUDA backend (RINGSTEP_HAVE_CUDA unset): CUDA tests skipped";
+#else
+    if (!cuda_available())
+      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount failed or returned 0): CUDA tests skipped";
+#endif
+  }
+};
+
+#ifdef RINGSTEP_HAVE_CUDA
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+TEST_F(CudaOptim, AdamWMatchesCpu) {
+  Registry reg;
+  reg.add("w", {301, 77});
+  reg.add("b", {77}, false);
+  const size_t n = reg.total_numel();
+  const AdamWParams hp{0.9, 0.95, 1e-8, 0.1};
+  AdamW cpu(reg, hp);
+  std::vector<float> p = Random(n, 1);
+  FlatBuffer dp(n, Device::cuda), dg(n, Device::cuda), dm(n, Device::cuda), dv(n, Device::cuda);
+  cuda::copy_to_device(dp.data(), p.data(), n * sizeof(float));
+  for (int64_t t = 1; t <= 3; ++t) {
+    const std::vector<float> g = Random(n, 10 + uint32_t(t));
+    cuda::copy_to_device(dg.data(), g.data(), n * sizeof(float));
+    const double lr = 1e-2, gs = 0.25;
+    cpu.step(p.data(), g.data(), lr, gs);
+    const cuda::AdamWStep s = cuda::adamw_scalars(hp.beta1, hp.beta2, hp.eps, lr, t, gs);
+    for (const TensorInfo& ti : reg.tensors())
+      cuda::adamw_update(dp.data() + ti.offset, dg.data() + ti.offset, dm.data() + ti.offset,
+                         dv.data() + ti.offset, ti.numel, s,
+                         ti.decay ? float(lr * hp.weight_decay) : 0.0f);
+  }
+  std::vector<float> got(n);
+  cuda::copy_to_host(got.data(), dp.data(), n * sizeof(float));
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_NEAR(got[i], p[i], 1e-6f * std::max(1.0f, std::fabs(p[i]))) << i;
+}
+
+TEST_F(CudaOptim, UnscaleAndCheckFindsEveryNonFinite) {
+  const size_t n = 100003;
+  std::vector<float> g = Random(n, 2);
+  FlatBuffer dg(n, Device::cuda), flag(1, Device::cuda);
+  int* f = reinterpret_cast<int*>(flag.data());
+  cuda::copy_to_device(dg.data(), g.data(), n * sizeof(float));
+  EXPECT_FALSE(cuda::unscale_and_check(dg.data(), n, 0.5f, f));
+  std::vector<float> got(n);
+  cuda::copy_to_host(got.data(), dg.data(), n * sizeof(float));
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], g[i] * 0.5f) << i;
+  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    for (size_t at : {size_t(0), n / 2, n - 1}) {
+      std::vector<float> h = g;
+      h[at] = bad;
+      cuda::copy_to_device(dg.data(), h.data(), n * sizeof(float));
+      EXPECT_TRUE(cuda::unscale_and_check(dg.data(), n, 1.0f, f)) << bad << " at " << at;
+    }
+  }
+}
+
+#else
+TEST_F(CudaOptim, SkippedWithoutCuda) {}
+#endif
+
+}  // namespace
+}  // namespace ringstep
