@@ -10,6 +10,7 @@
 
 #include "core/arena.h"
 #include "core/cuda/device.h"
+#include "core/cuda/cuda_skip.h"
 #include "core/registry.h"
 #include "models/gpt.h"
 #include "models/gpt_test_batch.h"
@@ -65,12 +66,8 @@ double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
 class GptCuda : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
-#ifndef RINGSTEP_HAVE_CUDA
-    GTEST_SKIP() << "built without the CUDA backend (RINGSTEP_HAVE_CUDA unset): CUDA tests skipped";
-#else
-    if (!cuda_available())
-      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount failed or returned 0): CUDA tests skipped";
-#endif
+    if (const std::string why = ringstep::testing::cuda_skip_reason(); !why.empty())
+      GTEST_SKIP() << why;
   }
 };
 

@@ -15,6 +15,7 @@
 #include "core/arena.h"
 #include "core/backend.h"
 #include "core/cuda/device.h"
+#include "core/cuda/cuda_skip.h"
 #include "core/dtype.h"
 #include "core/registry.h"
 #include "models/gpt.h"
@@ -23,15 +24,7 @@
 namespace ringstep {
 namespace {
 
-std::string skip_reason() {
-#ifndef RINGSTEP_HAVE_CUDA
-  return "built without the CUDA backend (RINGSTEP_HAVE_CUDA unset): CUDA tests skipped";
-#else
-  if (!cuda_available())
-    return "no CUDA device (cudaGetDeviceCount failed or returned 0): CUDA tests skipped";
-  return "";
-#endif
-}
+std::string skip_reason() { return ringstep::testing::cuda_skip_reason(); }
 
 #ifndef RINGSTEP_HAVE_CUDA
 TEST(CudaBackend, SkippedWithoutCuda) { GTEST_SKIP() << skip_reason(); }
@@ -205,7 +198,7 @@ TEST_P(CudaBackendOps, Logits) {
 
 void attention_case(CudaBackendOps& t, Backend& cpu, Backend& gpu, Arena& ca, Arena& ga, DType dt,
                     int B, int T, int C, int NH, double tol) {
-  SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
+  SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
   Twin qkv(size_t(B) * T * 3 * C, dt), out(size_t(B) * T * C, dt), att(size_t(B) * NH * T * T, dt);
   qkv.random(1.0f, 18);
   cpu.attention_forward(out.cpu(), att.cpu(), qkv.cpu(), B, T, C, NH, ca);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/cuda/device.h"
+#include "core/cuda/cuda_skip.h"
 #include "core/registry.h"
 #include "optim/adamw.h"
 
@@ -21,12 +22,8 @@ namespace {
 class CudaOptim : public ::testing::Test {
  protected:
   void SetUp() override {
-#ifndef RINGSTEP_HAVE_CUDA
-    GTEST_SKIP() << "built without the CUDA backend (RINGSTEP_HAVE_CUDA unset): CUDA tests skipped";
-#else
-    if (!cuda_available())
-      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount failed or returned 0): CUDA tests skipped";
-#endif
+    if (const std::string why = ringstep::testing::cuda_skip_reason(); !why.empty())
+      GTEST_SKIP() << why;
   }
 };
 
