@@ -100,6 +100,12 @@ json state_json(const TrainState& state, const std::vector<uint64_t>& positions)
           {"data_positions", positions}};
 }
 
+// A file's checksum and its manifest entry (format version 2; version 1 used fnv1a64).
+uint64_t file_checksum(std::string_view bytes) { return xxh3_64(bytes.data(), bytes.size()); }
+json file_entry(size_t bytes, uint64_t checksum) {
+  return {{"bytes", bytes}, {"xxh3_64", hex64(checksum)}};
+}
+
 // Writes the files every rank shares into DIR, fsynced; returns their manifest entries.
 json write_shared(const fs::path& dir, const Config& cfg, const FlatBuffer& params,
                   const TrainState& state, const std::vector<uint64_t>& positions) {
@@ -110,8 +116,7 @@ json write_shared(const fs::path& dir, const Config& cfg, const FlatBuffer& para
   json files = json::object();
   for (size_t i = 0; i < std::size(kFiles); ++i) {
     write_synced(dir / kFiles[i], contents[i]);
-    files[kFiles[i]] = {{"bytes", contents[i].size()},
-                        {"xxh3_64", hex64(xxh3_64(contents[i].data(), contents[i].size()))}};
+    files[kFiles[i]] = file_entry(contents[i].size(), file_checksum(contents[i]));
   }
   return files;
 }
@@ -209,8 +214,7 @@ json verify(const fs::path& dir) {
                          " bytes, the manifest says " + std::to_string(expected) +
                          (bytes.size() < expected ? " (truncated)" : ""));
       const bool v1 = version == 1;
-      const uint64_t sum =
-          v1 ? fnv1a64(bytes.data(), bytes.size()) : xxh3_64(bytes.data(), bytes.size());
+      const uint64_t sum = v1 ? fnv1a64(bytes.data(), bytes.size()) : file_checksum(bytes);
       if (hex64(sum) != entry.at(v1 ? "fnv1a64" : "xxh3_64").get<std::string>())
         throw InputError(where + file + " does not match its checksum in manifest.json");
     }
@@ -290,9 +294,9 @@ std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const T
   if (state.onebit) {  // each rank writes its own error buffers into the directory rank 0 made
     const std::string bytes = error_bytes(*state.onebit);
     on_ranks(sync, true, dir, [&] { write_synced(tmp / rank_file(sync.rank()), bytes); });
-    const std::vector<uint64_t> hashes = sync.gather(fnv1a64(bytes.data(), bytes.size()));
+    const std::vector<uint64_t> hashes = sync.gather(file_checksum(bytes));
     for (int r = 0; r < sync.world(); ++r)
-      files[rank_file(r)] = {{"bytes", bytes.size()}, {"fnv1a64", hex64(hashes[r])}};
+      files[rank_file(r)] = file_entry(bytes.size(), hashes[r]);
   }
   on_ranks(sync, lead, dir, [&] {
     write_manifest(tmp, cfg, files, state.step, params.size(), sync.world());
