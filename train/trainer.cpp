@@ -392,8 +392,18 @@ void Trainer::save(TrainOutcome& out) {
   out.last_checkpoint = save_checkpoint(cfg_, model_.params(), state_, sync_);
   const double ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count();
   totals_.checkpoint_ms.push_back(ms);
-  totals_.checkpoint_bytes = checkpoint_bytes(out.last_checkpoint);
-  if (facts_.rank == 0) print_checkpoint_line(out.last_checkpoint, totals_.checkpoint_bytes, ms);
+  if (facts_.rank != 0) return;
+  // Every checkpoint of a run has the same files: their size is read once.
+  if (totals_.checkpoint_bytes == 0)
+    totals_.checkpoint_bytes = checkpoint_bytes(out.last_checkpoint);
+  print_checkpoint_line(out.last_checkpoint, totals_.checkpoint_bytes, ms);
+}
+
+// What the outcome reports of the state the run ends in, however it ends.
+void Trainer::record_end_state(TrainOutcome& out) const {
+  out.optimizer_steps = state_.optimizer.step_count();
+  out.skipped_steps = int(state_.scaler.state().skipped_total);
+  out.params_fnv1a64 = fnv1a64(model_.params().data(), model_.params().bytes());
 }
 
 // A signal asked the run to stop: save where it is and return without evaluating.
@@ -403,9 +413,7 @@ TrainOutcome Trainer::stop_preempted(TrainOutcome& out) {
     std::printf("stopped by a signal after step %d; checkpoint %s; rerun to resume\n", state_.step,
                 out.last_checkpoint.c_str());
   out.preempted = true;
-  out.optimizer_steps = state_.optimizer.step_count();
-  out.skipped_steps = int(state_.scaler.state().skipped_total);
-  out.params_fnv1a64 = fnv1a64(model_.params().data(), model_.params().bytes());
+  record_end_state(out);
   return out;
 }
 
@@ -440,11 +448,10 @@ TrainOutcome Trainer::run() {
   out.final_val_loss = end.final_val_loss = evaluate();
   end.peak_gflops_end = measure_peak(cfg_, model_.options().act_dtype, facts_.threads);
   end.final_loss = out.losses.empty() ? totals_.last_loss : out.losses.back();
-  end.optimizer_steps = out.optimizer_steps = state_.optimizer.step_count();
+  record_end_state(out);
+  end.optimizer_steps = out.optimizer_steps;
   end.activations_peak_bytes = arena_.peak_bytes();
   if (facts_.rank == 0) write_summary(cfg_, facts_, totals_, state_.scaler, end);
-  out.skipped_steps = int(state_.scaler.state().skipped_total);
-  out.params_fnv1a64 = fnv1a64(model_.params().data(), model_.params().bytes());
   if (!end.stop_reason.empty()) throw TrainingStopped(end.stop_reason);
   return out;
 }

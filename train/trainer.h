@@ -112,6 +112,7 @@ class Trainer {
   float evaluate();
   void save(TrainOutcome& out);
   TrainOutcome stop_preempted(TrainOutcome& out);
+  void record_end_state(TrainOutcome& out) const;
 
   const Config cfg_;
   GradSync sync_;
