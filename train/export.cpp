@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/little_endian.h"
 #include "models/gpt.h"
 #include "train/run_dir.h"
 
@@ -24,38 +25,40 @@ constexpr std::pair<const char*, const char*> kRenames[] = {
     {"lnf.", "ln_f."},
 };
 
+// dst[c, r] = src[r, c] for SRC of ROWS x COLS (row-major both).
+void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+}
+
 // The tensor's values in GPT-2's layout, as little-endian bytes (x86 and ARM are).
 std::string tensor_bytes(const float* data, const TensorInfo& t, bool transposed) {
   std::string out(t.numel * sizeof(float), '\0');
-  if (!transposed) {
-    std::memcpy(out.data(), data, out.size());
-    return out;
-  }
-  const int64_t rows = t.shape[0], cols = t.shape[1];  // [out, in] -> [in, out]
   auto* dst = reinterpret_cast<float*>(out.data());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = data[r * cols + c];
+  if (transposed)
+    transpose(data, t.shape[0], t.shape[1], dst);  // [out, in] -> [in, out]
+  else
+    std::memcpy(dst, data, out.size());
   return out;
 }
 
 // Tensor T's values from bytes in GPT-2's layout (the inverse of tensor_bytes).
 void read_tensor(const char* bytes, const TensorInfo& t, bool transposed, float* out) {
-  if (!transposed) {
-    std::memcpy(out, bytes, t.numel * sizeof(float));
-    return;
-  }
-  const int64_t rows = t.shape[0], cols = t.shape[1];  // [in, out] -> [out, in]
   const auto* src = reinterpret_cast<const float*>(bytes);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = src[c * rows + r];
+  if (transposed)
+    transpose(src, t.shape[1], t.shape[0], out);  // [in, out] -> [out, in]
+  else
+    std::memcpy(out, src, t.numel * sizeof(float));
 }
 
 // The header of safetensors FILE (named PATH in messages), and where its data starts.
 std::pair<nlohmann::json, size_t> safetensors_header(const std::string& file,
                                                      const std::string& path) {
-  uint64_t n = 0;
-  for (int i = 0; i < 8 && i < int(file.size()); ++i) n |= uint64_t(uint8_t(file[i])) << (8 * i);
-  if (file.size() < 8 || n > file.size() - 8)
+  if (file.size() < 8)
+    throw InputError(path + ": not a safetensors file (" + std::to_string(file.size()) +
+                     " bytes, fewer than its 8-byte header length)");
+  const uint64_t n = get_le(reinterpret_cast<const unsigned char*>(file.data()), 8);
+  if (n > file.size() - 8)
     throw InputError(path + ": not a safetensors file (its 8-byte header length " +
                      std::to_string(n) + " exceeds the file's " + std::to_string(file.size()) +
                      " bytes)");
@@ -133,7 +136,7 @@ void export_safetensors(const Gpt& model, const std::string& path) {
   head.resize((head.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
   std::string file(8, '\0');
   const uint64_t n = head.size();
-  for (int i = 0; i < 8; ++i) file[i] = char((n >> (8 * i)) & 0xff);
+  put_le(reinterpret_cast<unsigned char*>(file.data()), n, 8);
   try {
     write_file_atomic(path, file + head + data);
   } catch (const std::exception& e) {

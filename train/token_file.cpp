@@ -10,22 +10,13 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/little_endian.h"
 #include "train/synthetic.h"
 
 namespace ringstep {
 namespace {
 
 constexpr char kMagic[8] = {'R', 'S', 'T', 'O', 'K', 'E', 'N', 'S'};
-
-uint64_t get_le(const unsigned char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
-void put_le(unsigned char* p, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
 
 std::string fmt(const char* format, auto... args) {
   char buf[512];
