@@ -120,7 +120,7 @@ void bench_sgemm(benchmark::State& state, const Shape& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ringstep::select_blas_kernels(argc, argv);  // OpenBLAS's fast kernels on this CPU
+  ringstep::select_runtime_env(argc, argv);  // OpenBLAS's fast kernels on this CPU
   benchmark::Initialize(&argc, argv);
   benchmark::AddCustomContext("gemm16_kernel", ringstep::cpu::gemm16_kernel(DType::bf16));
   benchmark::AddCustomContext("blas", ringstep::blas_description());

@@ -14,7 +14,7 @@
 
 int main(int argc, char** argv) {
   using namespace ringstep;
-  select_blas_kernels(argc, argv);
+  select_runtime_env(argc, argv);
   CLI::App app{
       "ringstep: a distributed training performance framework (GPT, ring AllReduce, "
       "profiler)"};

@@ -5,7 +5,7 @@
 #include "core/cpu/blas_env.h"
 
 int main(int argc, char** argv) {
-  ringstep::select_blas_kernels(argc, argv);
+  ringstep::select_runtime_env(argc, argv);
   testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

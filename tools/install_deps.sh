@@ -4,7 +4,7 @@
 # checks the exported weights against ringstep's loss)
 set -euo pipefail
 pkgs=(cmake g++ make libeigen3-dev libyaml-cpp-dev libopenmpi-dev openmpi-bin
-      libgtest-dev nlohmann-json3-dev libcli11-dev libbenchmark-dev libopenblas-dev
+      libgtest-dev nlohmann-json3-dev libcli11-dev libbenchmark-dev libopenblas-openmp-dev
       libxxhash-dev python3 python3-matplotlib)
 if [ "${1:-}" = "--test" ]; then pkgs+=(python3-torch); fi
 missing=()

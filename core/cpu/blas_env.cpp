@@ -10,35 +10,58 @@ extern "C" char* openblas_get_corename(void);
 #endif
 
 namespace ringstep {
+namespace {
 
-void select_blas_kernels(int argc, char** argv) {
+bool set_blas_coretype() {
 #ifdef RINGSTEP_HAVE_BLAS
-  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("RINGSTEP_BLAS_REEXEC")) return;
+  if (std::getenv("OPENBLAS_CORETYPE")) return false;
   const char* core = openblas_get_corename();
   const bool generic = core && (std::strcmp(core, "Prescott") == 0 ||
                                 std::strcmp(core, "Core2") == 0 || std::strcmp(core, "Nehalem") == 0);
   if (!generic || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
       !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
-    return;
+    return false;
   setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-  setenv("RINGSTEP_BLAS_REEXEC", "1", 1);  // never loop
-  execv("/proc/self/exe", argv);
-  // execv failed: carry on with the slow kernels rather than not at all.
+  return true;
 #else
-  (void)argc;
-  (void)argv;
+  return false;
 #endif
+}
+
+bool set_omp_wait() {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return false;
+  setenv("GOMP_SPINCOUNT", kSpinCount, 1);
+  return true;
+}
+
+}  // namespace
+
+void select_runtime_env(int argc, char** argv) {
+  (void)argc;
+  if (std::getenv("RINGSTEP_ENV_REEXEC")) return;  // never loop
+  const bool blas = set_blas_coretype();
+  const bool omp = set_omp_wait();
+  if (!blas && !omp) return;
+  setenv("RINGSTEP_ENV_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);
+  // execv failed: carry on with the libraries' defaults rather than not at all.
 }
 
 std::string blas_description() {
 #ifdef RINGSTEP_HAVE_BLAS
-  std::string s = std::string("OpenBLAS ") + openblas_get_corename();
+  std::string s = std::string("OpenBLAS ") + openblas_get_corename() + " (OpenMP build)";
   if (std::getenv("OPENBLAS_CORETYPE"))
     s += std::string(" (OPENBLAS_CORETYPE=") + std::getenv("OPENBLAS_CORETYPE") + ")";
   return s;
 #else
   return "Eigen's own GEMM (no BLAS)";
 #endif
+}
+
+std::string omp_wait_description() {
+  if (const char* p = std::getenv("OMP_WAIT_POLICY")) return std::string("OMP_WAIT_POLICY=") + p;
+  if (const char* s = std::getenv("GOMP_SPINCOUNT")) return std::string("GOMP_SPINCOUNT=") + s;
+  return "libgomp default spin";
 }
 
 }  // namespace ringstep

@@ -14,6 +14,7 @@
 
 #include "core/arena.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "models/gpt.h"
 #include "models/gpt_test_batch.h"
 
@@ -112,6 +113,29 @@ INSTANTIATE_TEST_SUITE_P(
                       MakeCase(DType::f16, RecomputePolicy::full, 1),
                       MakeCase(DType::f16, RecomputePolicy::selective, 1)),
     CaseName);
+
+// The thread count changes nothing: a step on 1, 2 or 3 threads (OpenMP loops and the
+// OpenBLAS sharing their pool, attention's per-head loop, the AMX GEMMs) gives the same
+// losses and gradients bit for bit. 16 x 32 rows of width 64 pass every op's parallel
+// threshold, so each parallel path runs split.
+class ThreadCountBitIdentical : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ThreadCountBitIdentical, SameGradientsAndLossesOnOneTwoAndThreeThreads) {
+  const int saved = hardware_threads();
+  set_compute_threads(1);
+  const Result one = RunModel(GetParam(), RecomputePolicy::none, 1, 16, 32);
+  for (int threads : {2, 3}) {
+    set_compute_threads(threads);
+    const Result many = RunModel(GetParam(), RecomputePolicy::none, 1, 16, 32);
+    EXPECT_TRUE(BitEqual(one.losses, many.losses)) << threads << " threads";
+    EXPECT_TRUE(BitEqual(one.grads, many.grads)) << threads << " threads";
+  }
+  set_compute_threads(saved);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, ThreadCountBitIdentical,
+                         ::testing::Values(DType::f32, DType::bf16, DType::f16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // Gradients of the 16-bit model against fp32's: the relative error of the whole gradient
 // vector (||g16 - g32|| / ||g32||) is what rounding every activation to 8 (bf16) or 11
