@@ -17,6 +17,28 @@ const float* f32(const void* act) { return static_cast<const float*>(act); }
 uint16_t* u16(void* act) { return static_cast<uint16_t*>(act); }
 const uint16_t* u16(const void* act) { return static_cast<const uint16_t*>(act); }
 
+// 16-bit <-> fp32 conversions of a span, split into chunks across the thread pool when the
+// span is long. Each element rounds on its own, so the bits do not depend on the threads.
+constexpr size_t kConvertChunk = 8192;
+
+template <typename Convert>
+void for_convert_chunks(size_t n, Convert&& convert) {
+  const std::ptrdiff_t chunks = std::ptrdiff_t((n + kConvertChunk - 1) / kConvertChunk);
+#pragma omp parallel for schedule(static) if (chunks >= 4)
+  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
+    const size_t begin = size_t(c) * kConvertChunk;
+    convert(begin, std::min(kConvertChunk, n - begin));
+  }
+}
+
+void widen(DType dt, const uint16_t* in, float* out, size_t n) {
+  for_convert_chunks(n, [&](size_t b, size_t len) { widen_to_fp32(dt, in + b, out + b, len); });
+}
+
+void narrow(DType dt, const float* in, uint16_t* out, size_t n) {
+  for_convert_chunks(n, [&](size_t b, size_t len) { narrow_from_fp32(dt, in + b, out + b, len); });
+}
+
 // Element I of a 16-bit stored tensor.
 void* elem16(void* act, size_t i) { return u16(act) + i; }
 const void* elem16(const void* act, size_t i) { return u16(act) + i; }
@@ -34,7 +56,7 @@ void for_row_blocks(Arena& arena, int N, int block, Fn&& fn) {
 // An fp32 copy of N stored DT values at ACT, in arena scratch (unfilled when counting).
 const float* load(DType dt, Arena& arena, const void* act, size_t n) {
   float* buf = arena.alloc_floats(n);
-  if (!arena.counting()) widen_to_fp32(dt, u16(act), buf, n);
+  if (!arena.counting()) widen(dt, u16(act), buf, n);
   return buf;
 }
 
@@ -48,7 +70,7 @@ void rows_in_fp32(DType dt, Arena& arena, void* out, const void* inp, int N, int
     float* y = arena.alloc_floats(n);
     if (arena.counting()) return;
     fn(y, x, r0, rows);
-    narrow_from_fp32(dt, y, u16(elem16(out, at)), n);
+    narrow(dt, y, u16(elem16(out, at)), n);
   });
 }
 
@@ -61,7 +83,7 @@ void CpuBackend::set_weights(const float* params, size_t n) {
   params_n_ = n;
   if (!half()) return;  // the fp32 path reads the weights where they are
   weights16_.resize(n);
-  narrow_from_fp32(dt_, params, weights16_.data(), n);
+  narrow(dt_, params, weights16_.data(), n);
 }
 
 const uint16_t* CpuBackend::w16(const float* w) const {
@@ -82,7 +104,7 @@ void CpuBackend::encoder_forward(void* out, const int32_t* tokens, const float* 
   float* y = half() ? arena.alloc_floats(n) : f32(out);
   if (arena.counting()) return;
   cpu::encoder_forward(y, tokens, wte, wpe, B, T, C);
-  if (half()) narrow_from_fp32(dt_, y, u16(out), n);
+  if (half()) narrow(dt_, y, u16(out), n);
 }
 
 void CpuBackend::encoder_backward(float* dwte, float* dwpe, const float* dout,
@@ -140,7 +162,7 @@ void CpuBackend::linear_forward(void* out, const void* inp, const float* weight,
     gemm16(dt_, false, true, rows, OC, C, 1.0f, u16(elem16(inp, size_t(r0) * C)), C, w16(weight), C,
            1.0f, y, OC);
     if (res != nullptr) cpu::residual_forward(y, res, y, n);
-    narrow_from_fp32(dt_, y, u16(elem16(out, size_t(r0) * OC)), n);
+    narrow(dt_, y, u16(elem16(out, size_t(r0) * OC)), n);
   });
 }
 
@@ -158,7 +180,7 @@ void CpuBackend::linear_backward(float* dinp, float* dweight, float* dbias, cons
     const float* dy = dout + size_t(r0) * OC;
     auto* d16 = static_cast<uint16_t*>(arena.alloc_bytes(size_t(rows) * OC * sizeof(uint16_t)));
     if (arena.counting()) return;
-    narrow_from_fp32(dt_, dy, d16, size_t(rows) * OC);
+    narrow(dt_, dy, d16, size_t(rows) * OC);
     if (dinp != nullptr)
       gemm16(dt_, false, false, rows, C, OC, 1.0f, d16, OC, w16(weight), C, 1.0f,
              dinp + size_t(r0) * C, C);

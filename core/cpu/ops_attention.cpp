@@ -8,8 +8,8 @@
 // blocks of 64 they do 10/16 of the full T x T work; the exact causal half is 8/16).
 //
 // Pairs run in parallel; each writes only its own head's slices of out, att and dqkv, so
-// the result does not depend on the thread count. Inside that loop each GEMM runs on one
-// BLAS thread (see OneBlasThread).
+// the result does not depend on the thread count. Inside that parallel loop OpenBLAS (its
+// OpenMP build) runs each GEMM on the calling thread.
 #include "core/cpu/ops.h"
 #include "core/cpu/attention_rows.h"
 #include "core/cpu/eigen_maps.h"
@@ -27,42 +27,12 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#ifdef RINGSTEP_HAVE_BLAS
-extern "C" int openblas_get_num_threads(void);
-extern "C" void openblas_set_num_threads(int num_threads);
-#endif
 
 namespace ringstep::cpu {
 namespace {
 
 using namespace attention_rows;
 
-
-// While the per-head loop runs on several threads, OpenBLAS runs on one: its pthreads
-// build serialises threaded GEMMs issued from several threads at once (a global level-3
-// lock) and would oversubscribe the cores. Restores the previous count on scope exit. The
-// OpenMP build of OpenBLAS maps this call to omp_set_num_threads, hence the explicit
-// num_threads on the parallel loops.
-class OneBlasThread {
- public:
-  explicit OneBlasThread(int loop_threads) {
-#ifdef RINGSTEP_HAVE_BLAS
-    if (loop_threads > 1 && (saved_ = openblas_get_num_threads()) > 1) {
-      openblas_set_num_threads(1);
-    }
-#endif
-  }
-  ~OneBlasThread() {
-#ifdef RINGSTEP_HAVE_BLAS
-    if (saved_ > 1) openblas_set_num_threads(saved_);
-#endif
-  }
-  OneBlasThread(const OneBlasThread&) = delete;
-  OneBlasThread& operator=(const OneBlasThread&) = delete;
-
- private:
-  int saved_ = 0;
-};
 
 // The q, k or v slice (part 0, 1, 2) of head h of batch row b inside qkv[B, Tt, 3C].
 template <typename T>
@@ -91,7 +61,6 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tt, int C, int N
   const int hs = C / NH;
   const T scale = T(1) / std::sqrt(T(hs));
   const int threads = head_loop_threads(B * NH);
-  const OneBlasThread one_blas_thread(threads);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
@@ -116,7 +85,6 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   const int hs = C / NH;
   const T scale = T(1) / std::sqrt(T(hs));
   const int threads = head_loop_threads(B * NH);
-  const OneBlasThread one_blas_thread(threads);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
