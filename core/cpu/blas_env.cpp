@@ -7,6 +7,7 @@
 
 #ifdef RINGSTEP_HAVE_BLAS
 extern "C" char* openblas_get_corename(void);
+extern "C" int openblas_get_parallel(void);  // 0 sequential, 1 pthreads, 2 OpenMP
 #endif
 
 namespace ringstep {
@@ -49,7 +50,10 @@ void select_runtime_env(int argc, char** argv) {
 
 std::string blas_description() {
 #ifdef RINGSTEP_HAVE_BLAS
-  std::string s = std::string("OpenBLAS ") + openblas_get_corename() + " (OpenMP build)";
+  static const char* const kBuilds[] = {"sequential", "pthreads", "OpenMP"};
+  const int build = openblas_get_parallel();
+  std::string s = std::string("OpenBLAS ") + openblas_get_corename() + " (" +
+                  (build >= 0 && build <= 2 ? kBuilds[build] : "unknown") + " build)";
   if (std::getenv("OPENBLAS_CORETYPE"))
     s += std::string(" (OPENBLAS_CORETYPE=") + std::getenv("OPENBLAS_CORETYPE") + ")";
   return s;
