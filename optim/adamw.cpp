@@ -1,11 +1,17 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 namespace ringstep {
 
 AdamW::AdamW(const Registry& reg, const AdamWParams& hp)
-    : reg_(reg), hp_(hp), m_(reg.total_numel()), v_(reg.total_numel()) {}
+    : reg_(reg), hp_(hp), m_(reg.total_numel()), v_(reg.total_numel()) {
+  for (const TensorInfo& t : reg_.tensors())
+    for (size_t at = 0; at < t.numel; at += kChunk)
+      chunks_.push_back({t.offset + at, std::min(kChunk, t.numel - at), t.decay});
+}
 
 void AdamW::step(float* params, const float* grads, double lr, double grad_scale) {
   ++t_;
@@ -18,14 +24,17 @@ void AdamW::step(float* params, const float* grads, double lr, double grad_scale
   const float inv_sqrt_c2 = float(1.0 / std::sqrt(c2));
   float* m = m_.data();
   float* v = v_.data();
-  for (const TensorInfo& t : reg_.tensors()) {
-    const float decay = t.decay ? float(lr * hp_.weight_decay) : 0.0f;
-    float* __restrict p = params + t.offset;
-    const float* __restrict g = grads + t.offset;
-    float* __restrict mt = m + t.offset;
-    float* __restrict vt = v + t.offset;
+  const std::ptrdiff_t chunks = std::ptrdiff_t(chunks_.size());
+#pragma omp parallel for schedule(static) if (reg_.total_numel() >= 4 * kChunk)
+  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
+    const Chunk& ch = chunks_[size_t(c)];
+    const float decay = ch.decay ? float(lr * hp_.weight_decay) : 0.0f;
+    float* __restrict p = params + ch.offset;
+    const float* __restrict g = grads + ch.offset;
+    float* __restrict mt = m + ch.offset;
+    float* __restrict vt = v + ch.offset;
 #pragma omp simd
-    for (size_t i = 0; i < t.numel; ++i) {
+    for (size_t i = 0; i < ch.numel; ++i) {
       const float gi = g[i] * gs;
       mt[i] = b1 * mt[i] + (1.0f - b1) * gi;
       vt[i] = b2 * vt[i] + (1.0f - b2) * gi * gi;

@@ -1,9 +1,12 @@
 // AdamW (Loshchilov & Hutter 2019): bias-corrected moments, decoupled weight decay applied
 // only to tensors the registry marks `decay` (not LayerNorm weights, not biases). Moments
-// are fp32 flat buffers laid out by the parameters' registry.
+// are fp32 flat buffers laid out by the parameters' registry. The update runs on the compute
+// thread pool over fixed chunks of each tensor; it is elementwise, so the result does not
+// depend on the thread count.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/registry.h"
 
@@ -28,8 +31,16 @@ class AdamW {
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
 
  private:
+  // A span of one tensor: the unit of parallel work.
+  struct Chunk {
+    size_t offset, numel;
+    bool decay;
+  };
+  static constexpr size_t kChunk = 16384;
+
   const Registry& reg_;
   AdamWParams hp_;
+  std::vector<Chunk> chunks_;
   FlatBuffer m_, v_;
   int64_t t_ = 0;
 };
