@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include "optim/device_passes.h"
 
@@ -20,7 +21,9 @@ void AdamW::step(FlatBuffer& params, const FlatBuffer& grads, double lr, double 
 }
 
 void AdamW::step(float* params, const float* grads, double lr, double grad_scale) {
-  if (m_.device() != Device::cpu) throw std::logic_error("AdamW::step: host arrays, moments not");
+  if (m_.device() != Device::cpu)
+    throw std::logic_error("AdamW::step: host arrays for moments on " +
+                           std::string(name(m_.device())));
   ++t_;
   const float b1 = float(hp_.beta1), b2 = float(hp_.beta2), eps = float(hp_.eps);
   const float gs = float(grad_scale);
