@@ -1,9 +1,10 @@
 // The GPU step benchmark of issue 12: GPT-2 124M (V 50257, T 1024, C 768, 12 layers, 12
 // heads) forward + backward on cuda, bf16 by default, through Gpt and CudaBackend; no
-// optimizer (the trainer does not run on cuda yet). Prints per-phase milliseconds (median
-// of the timed steps, host clock after a device synchronise), tokens/s and MFU against the
-// dense bf16 peak of the GPU named in a small table (FLOPs 6N + 6LCT per token, as the CPU
-// path counts them: Gpt::model_flops_per_token), then one RESULT line.
+// optimizer (the trainer's whole step: configs/gpt2-124m.yaml). Prints per-phase
+// milliseconds (median of the timed steps, host clock after a device synchronise), tokens/s
+// and MFU against the dense peak of the GPU in core/cuda/gpu_peak.cpp's table (bf16, or fp32
+// without TF32; FLOPs 6N + 6LCT per token, as the CPU path counts them:
+// Gpt::model_flops_per_token), then one RESULT line.
 //   ringstep_cuda_bench [B] [steps] [fp32|bf16]
 #include <algorithm>
 #include <chrono>
@@ -15,23 +16,11 @@
 
 #include "core/arena.h"
 #include "core/cuda/device.h"
+#include "core/cuda/gpu_peak.h"
 #include "models/gpt.h"
 
 namespace ringstep {
 namespace {
-
-// Dense (no sparsity) tensor-core peaks in TFLOP/s from the vendors' datasheets; 0 = unknown.
-double peak_tflops(const std::string& gpu, bool bf16) {
-  struct Peak {
-    const char* name;
-    double bf16, tf32;
-  };
-  const Peak table[] = {{"H200", 989, 495}, {"H100", 989, 495}, {"A100", 312, 156},
-                        {"L40S", 362, 183}, {"L4", 121, 60}};
-  for (const Peak& p : table)
-    if (gpu.find(p.name) != std::string::npos) return bf16 ? p.bf16 : p.tf32;
-  return 0;
-}
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(
@@ -80,7 +69,7 @@ int run(int B, int steps, DType dt) {
   const std::string gpu = cuda_device_name();
   const double f = median(fwd), b = median(bwd), step = f + b;
   const double tok_s = double(B) * T / (step / 1e3);
-  const double peak = peak_tflops(gpu, dt != DType::f32);
+  const double peak = gpu_peak_gflops(gpu, dt, false) / 1e3;
   const double achieved = gpt.model_flops_per_token() * tok_s / 1e12;
   std::printf("gpu: %s; params %zu; arena %.2f GiB; loss %.4f\n", gpu.c_str(), gpt.param_count(),
               double(arena.peak_bytes()) / (1 << 30), loss);

@@ -190,6 +190,15 @@ void check_cross_fields(const Config& c, const Reader& reader) {
                 "'precision.loss_scale.min_scale' (" + num(ls.min_scale) +
                     ") must be <= 'precision.loss_scale.initial' (" + num(ls.initial) + ")");
   }
+  // What the GPU trainer does not run yet (docs/gpu.md).
+  if (c.run.device == Device::cuda && c.optimizer.name == OptimizerKind::onebit_adam) {
+    reader.fail({"optimizer.name", "run.device"},
+                "'optimizer.name' onebit_adam runs on run.device cpu only; use adamw on cuda");
+  }
+  if (c.run.device == Device::cuda && c.precision.dtype == DType::f16) {
+    reader.fail({"precision.dtype", "run.device"},
+                "'precision.dtype' fp16 is not built for run.device cuda; use bf16 or fp32");
+  }
 }
 
 // Writes SECTION's keys and subsections as one YAML map, in schema order.

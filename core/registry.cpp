@@ -99,4 +99,11 @@ void copy_buffer(FlatBuffer& dst, const FlatBuffer& src) {
   if (src.size()) std::memcpy(dst.data(), src.data(), src.bytes());
 }
 
+const FlatBuffer& on_host(const FlatBuffer& src, FlatBuffer& host_copy) {
+  if (src.device() == Device::cpu) return src;
+  host_copy = FlatBuffer(src.size());
+  copy_buffer(host_copy, src);
+  return host_copy;
+}
+
 }  // namespace ringstep

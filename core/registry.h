@@ -76,5 +76,8 @@ class FlatBuffer {
 // dst = src, element for element, between any two devices (sizes must match:
 // std::invalid_argument otherwise). Blocking.
 void copy_buffer(FlatBuffer& dst, const FlatBuffer& src);
+// SRC itself when it is in host memory, else SRC copied into HOST_COPY (reallocated to
+// host memory of SRC's size): a host view to read, hash or write a buffer of any device.
+const FlatBuffer& on_host(const FlatBuffer& src, FlatBuffer& host_copy);
 
 }  // namespace ringstep

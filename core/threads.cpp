@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <thread>
 
@@ -38,17 +39,30 @@ int resolve_threads(int requested, int local_ranks) {
   return resolve_threads(requested, local_ranks, hardware_threads());
 }
 
-int local_rank_count() {
-  for (const char* var :
-       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+namespace {
+
+// The first of VARS that holds an integer in [lo, 2^20), else FALLBACK.
+int launcher_int(std::initializer_list<const char*> vars, long lo, int fallback) {
+  for (const char* var : vars) {
     const char* value = std::getenv(var);
     if (value == nullptr) continue;
     char* end = nullptr;
     const long n = std::strtol(value, &end, 10);
     // Trailing text is ignored, so a Slurm task list such as "2(x3)" still yields 2.
-    if (end != value && n > 0 && n < (1 << 20)) return static_cast<int>(n);
+    if (end != value && n >= lo && n < (1 << 20)) return static_cast<int>(n);
   }
-  return 1;
+  return fallback;
+}
+
+}  // namespace
+
+int local_rank_count() {
+  return launcher_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1,
+                      1);
+}
+
+int local_rank() {
+  return launcher_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0, 0);
 }
 
 void set_compute_threads(int n) {

@@ -15,6 +15,8 @@ int resolve_threads(int requested, int local_ranks, int hardware);
 // Ranks on this node, from the launcher's environment (Open MPI, MPICH/Hydra, Slurm);
 // 1 when none is set or the value is not a positive integer.
 int local_rank_count();
+// This rank's index among the ranks on its node, from the same environment; 0 when none is set.
+int local_rank();
 // Sets OpenMP, Eigen and (when linked) OpenBLAS to n threads each.
 void set_compute_threads(int n);
 

@@ -3,17 +3,33 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "optim/device_passes.h"
 
 namespace ringstep {
 
-AdamW::AdamW(const Registry& reg, const AdamWParams& hp)
-    : reg_(reg), hp_(hp), m_(reg.total_numel()), v_(reg.total_numel()) {
+AdamW::AdamW(const Registry& reg, const AdamWParams& hp, Device device)
+    : reg_(reg), hp_(hp), m_(reg.total_numel(), device), v_(reg.total_numel(), device) {
   for (const TensorInfo& t : reg_.tensors())
     for (size_t at = 0; at < t.numel; at += kChunk)
       chunks_.push_back({t.offset + at, std::min(kChunk, t.numel - at), t.decay});
 }
 
+void AdamW::step(FlatBuffer& params, const FlatBuffer& grads, double lr, double grad_scale) {
+  const Device d = m_.device();
+  if (params.device() != d || grads.device() != d)
+    throw std::logic_error("AdamW::step: parameters, gradients and moments on different devices");
+  if (d == Device::cpu) return step(params.data(), grads.data(), lr, grad_scale);
+  ++t_;
+  adamw_on_device(reg_, hp_, t_, lr, grad_scale, params, grads, m_, v_);
+}
+
 void AdamW::step(float* params, const float* grads, double lr, double grad_scale) {
+  if (m_.device() != Device::cpu)
+    throw std::logic_error("AdamW::step: host arrays for moments on " +
+                           std::string(name(m_.device())));
   ++t_;
   const float b1 = float(hp_.beta1), b2 = float(hp_.beta2), eps = float(hp_.eps);
   const float gs = float(grad_scale);

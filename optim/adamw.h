@@ -1,8 +1,8 @@
 // AdamW (Loshchilov & Hutter 2019): bias-corrected moments, decoupled weight decay applied
 // only to tensors the registry marks `decay` (not LayerNorm weights, not biases). Moments
-// are fp32 flat buffers laid out by the parameters' registry. The update runs on the compute
-// thread pool over fixed chunks of each tensor; it is elementwise, so the result does not
-// depend on the thread count.
+// are fp32 flat buffers laid out by the parameters' registry, on the device of the
+// parameters. On the CPU the update runs on the compute thread pool over fixed chunks of
+// each tensor; it is elementwise, so the result does not depend on the thread count.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +18,14 @@ struct AdamWParams {
 
 class AdamW {
  public:
-  AdamW(const Registry& reg, const AdamWParams& hp);
+  // Moments on DEVICE (InputError where require_device refuses it).
+  AdamW(const Registry& reg, const AdamWParams& hp, Device device = Device::cpu);
   // One update: grads are multiplied by GRAD_SCALE first (unscaling and clipping in one
-  // factor), then params -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * params).
+  // factor), then params -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * params). Runs on the
+  // moments' device (optim/device_passes.h for cuda); PARAMS and GRADS must live there too
+  // (std::logic_error otherwise).
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr, double grad_scale);
+  // The same update on host arrays laid out by the registry (moments on the CPU).
   void step(float* params, const float* grads, double lr, double grad_scale);
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t) { t_ = t; }

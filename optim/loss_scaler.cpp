@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "optim/device_passes.h"
+
 namespace ringstep {
 namespace {
 
@@ -28,11 +30,10 @@ LossScaler::LossScaler(const PrecisionConfig& cfg)
   state_.hysteresis_tracker = cfg_.hysteresis;
 }
 
-bool LossScaler::unscale_and_check(float* grads, size_t n) const {
+bool unscale_and_check_host(float* grads, size_t n, float inv) {
   // x - x is 0 for a finite x and NaN for an inf or a NaN, and NaN survives any sum, so
   // the sum is NaN exactly when some element is not finite. Unlike a branch on
   // std::isfinite, this vectorises. (Never -ffast-math: it would fold x - x to 0.)
-  const float inv = static_cast<float>(1.0 / state_.scale);
   float bad = 0.0f;
   if (inv == 1.0f) {
 #pragma omp simd reduction(+ : bad)
@@ -45,6 +46,14 @@ bool LossScaler::unscale_and_check(float* grads, size_t n) const {
     }
   }
   return std::isnan(bad);
+}
+
+bool LossScaler::unscale_and_check(float* grads, size_t n) const {
+  return unscale_and_check_host(grads, n, static_cast<float>(1.0 / state_.scale));
+}
+
+bool LossScaler::unscale_and_check(FlatBuffer& grads, DevicePasses& passes) const {
+  return passes.unscale_and_check(grads, static_cast<float>(1.0 / state_.scale));
 }
 
 bool LossScaler::update(bool found_inf) {

@@ -2,8 +2,10 @@
 # The GPU check of issue 12, in one call on a bare GPU machine (nvcc, CMake, PyTorch; none
 # of our Debian packages): unpack the carried .debs (gpu_deps/, from
 # tools/fetch_gpu_deps.sh), configure and build the CUDA build against ONLY that copy, run
-# the CUDA tests (then again under compute-sanitizer when it works), the GPU step
-# benchmark, and print a short table last. Full logs go to $OUT (the run tool's folder) or
+# the CUDA tests (then again under compute-sanitizer when it works), the trainer on cuda
+# (configs/tiny.yaml's first 10 fp32 losses against the CPU run; configs/gpt2-124m.yaml's
+# tokens/s, MFU and step breakdown), the forward + backward benchmark and PyTorch eager on
+# the same GPU, and print a short table last. Full logs go to $OUT (the run tool's folder) or
 # /tmp/gpu_check. docs/gpu.md says how to call it and what each row means.
 #
 #   tools/gpu_check.sh            on the GPU machine
@@ -40,6 +42,9 @@ P=$DEPS/usr
 LIB=$P/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH=$LIB:$LIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OPAL_PREFIX=$P  # relocated Open MPI finds its plugins and help files here
+# `ringstep train` without mpirun is an MPI singleton: isolated, it starts no orted daemon
+# (which needs ssh or rsh, absent on a bare machine: rehearsed with PATH emptied).
+export OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # pkg-config sees no .pc file: FindMPI would take a system Open MPI's (here) or the
 # unpacked one's, whose prefix=/usr is wrong; it uses the MPI_* hints below instead.
 mkdir -p "$DEPS/no-pkgconfig"
@@ -80,11 +85,11 @@ if [[ $CONFIGURE_ONLY == 1 ]]; then for r in "${ROWS[@]}"; do echo "$r"; done; e
 
 # --- 3. build -----------------------------------------------------------------------
 t=$(date +%s)
-cmake --build "$BUILD" -j "$JOBS" --target ringstep_cuda_tests ringstep_cuda_bench \
+cmake --build "$BUILD" -j "$JOBS" --target ringstep_cuda_tests ringstep_cuda_bench ringstep \
   >"$LOGS/build.log" 2>&1
 bld=$?
 warn=$(grep -ci "warning" "$LOGS/build.log")
-row build "$([[ $bld -eq 0 ]] && echo ok || echo FAIL)" "cuda tests + bench, $warn warnings ($(elapsed $t))"
+row build "$([[ $bld -eq 0 ]] && echo ok || echo FAIL)" "cuda tests + bench + ringstep, $warn warnings ($(elapsed $t))"
 [[ $bld -ne 0 ]] && tail -40 "$LOGS/build.log"
 
 # Shared libraries the test binary loads from outside the unpacked copy: on a bare machine
@@ -123,7 +128,40 @@ if [[ $bld -eq 0 ]]; then
     row memcheck skip "compute-sanitizer absent (or rehearsal)"
   fi
 
-  # --- 5. benchmark: forward + backward of GPT-2 124M, bf16, on the GPU ---------------
+  # --- 5. the trainer on cuda: tiny's losses against the CPU, GPT-2 124M's speed --------
+  if [[ $REHEARSE == 0 ]]; then
+    t=$(date +%s)
+    # tiny DEVICE: configs/tiny.yaml for 10 steps, each loss in steps.jsonl (a fixed peak:
+    # no SGEMM measurement on the CPU).
+    tiny() {
+      timeout 120 "$BUILD/ringstep" train configs/tiny.yaml --set run.device="$1" \
+        --set train.steps=10 --set profile.log_every=1 --set train.eval_every=0 \
+        --set train.eval_batches=1 --set 'profile.trace_steps=[]' --set run.overwrite=true \
+        --set profile.peak_gflops=100 --set run.out_dir="$LOGS/tiny_$1" >"$LOGS/tiny_$1.log" 2>&1
+    }
+    if tiny cpu && tiny cuda; then
+      cmp=$(python3 tools/gpu_check_report.py losses "$LOGS/tiny_cpu" "$LOGS/tiny_cuda" 1e-4)
+      row tiny_cuda_vs_cpu "${cmp%% *}" "${cmp#* } ($(elapsed $t))"
+    else
+      row tiny_cuda_vs_cpu FAIL "a run failed: see tiny_cpu.log, tiny_cuda.log"
+      tail -5 "$LOGS/tiny_cpu.log" "$LOGS/tiny_cuda.log"
+    fi
+
+    t=$(date +%s)
+    timeout 240 "$BUILD/ringstep" train configs/gpt2-124m.yaml --set run.out_dir="$LOGS/gpt2" \
+      >"$LOGS/gpt2.log" 2>&1
+    rc=$?
+    if [[ $rc -eq 0 ]]; then
+      sp=$(python3 tools/gpu_check_report.py speed "$LOGS/gpt2")
+      row trainer_gpt2 ok "${sp%%|*} ($(elapsed $t))"
+      row trainer_phases ok "${sp#*|}"
+    else
+      row trainer_gpt2 FAIL "rc=$rc, see gpt2.log"
+      tail -20 "$LOGS/gpt2.log"
+    fi
+  fi
+
+  # --- 6. benchmark: forward + backward of GPT-2 124M, bf16, on the GPU ---------------
   if [[ $REHEARSE == 0 ]]; then
     t=$(date +%s)
     timeout 180 "$BUILD/bench/ringstep_cuda_bench" >"$LOGS/bench.log" 2>&1
@@ -136,6 +174,16 @@ if [[ $bld -eq 0 ]]; then
       rc=$?
       row torch_eager "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(grep -m1 '^RESULT' "$LOGS/torch.log" | cut -c8-) ($(elapsed $t))"
       [[ $rc -ne 0 ]] && tail -20 "$LOGS/torch.log"
+      # The whole training step, AdamW included, as the trainer's tokens/s counts it.
+      t=$(date +%s)
+      timeout 180 python3 tools/torch_gpt2_bench.py 16 10 adamw >"$LOGS/torch_adamw.log" 2>&1
+      rc=$?
+      row torch_eager_adamw "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(grep -m1 '^RESULT' "$LOGS/torch_adamw.log" | cut -c8-) ($(elapsed $t))"
+      [[ $rc -ne 0 ]] && tail -20 "$LOGS/torch_adamw.log"
+      if [[ -f $LOGS/gpt2/summary.json && $rc -eq 0 ]]; then
+        vs=$(python3 tools/gpu_check_report.py versus "$LOGS/gpt2" "$LOGS/torch_adamw.log")
+        row trainer_vs_torch "${vs%% *}" "${vs#* }"
+      fi
     fi
   fi
 fi

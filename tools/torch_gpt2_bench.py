@@ -1,8 +1,10 @@
 """PyTorch eager twin of bench/cuda_step.cpp: GPT-2 124M forward + backward, bf16 autocast
-(fp32 master weights, as ringstep), same B and T, no optimizer, no torch.compile; attention
-through F.scaled_dot_product_attention (what eager code uses). Prints per-phase medians and
-one RESULT line with tokens/s and MFU (6N + 6LCT FLOPs per token, N without wpe).
-    python3 tools/torch_gpt2_bench.py [B] [steps]
+(fp32 master weights, as ringstep), same B and T, no torch.compile; attention through
+F.scaled_dot_product_attention (what eager code uses). With `adamw`, each step also clips
+the gradients' global norm and runs torch.optim.AdamW (its default implementation), the
+step ringstep's trainer times (configs/gpt2-124m.yaml). Prints per-phase medians and one
+RESULT line with tokens/s and MFU (6N + 6LCT FLOPs per token, N without wpe).
+    python3 tools/torch_gpt2_bench.py [B] [steps] [adamw]
 """
 import math
 import sys
@@ -49,11 +51,13 @@ class GPT(nn.Module):
 def main():
     B = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    with_adamw = len(sys.argv) > 3 and sys.argv[3] == "adamw"
     torch.manual_seed(0)
     model = GPT().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
     idx = torch.randint(0, V, (B, T), device="cuda")
     tg = torch.randint(0, V, (B, T), device="cuda")
-    fwd, bwd = [], []
+    fwd, bwd, upd = [], [], []
     for s in range(steps + 2):
         model.zero_grad(set_to_none=False)
         torch.cuda.synchronize()
@@ -65,20 +69,28 @@ def main():
         loss.backward()
         torch.cuda.synchronize()
         t2 = time.perf_counter()
+        if with_adamw:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            torch.cuda.synchronize()
+        t3 = time.perf_counter()
         if s >= 2:
             fwd.append((t1 - t0) * 1e3)
             bwd.append((t2 - t1) * 1e3)
+            upd.append((t3 - t2) * 1e3)
     med = lambda v: sorted(v)[len(v) // 2]
-    f, b = med(fwd), med(bwd)
+    f, b, u = med(fwd), med(bwd), med(upd)
     n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
-    tok_s = B * T / ((f + b) / 1e3)
+    tok_s = B * T / ((f + b + u) / 1e3)
     tflops = (6 * n + 6 * L * C * T) * tok_s / 1e12
     name = torch.cuda.get_device_name()
     peak = 989.0 if ("H100" in name or "H200" in name) else 0.0
     print(f"gpu: {name}; torch {torch.__version__}; loss {loss.item():.4f}")
-    print(f"phase     ms (median of {steps})\nforward   {f:.2f}\nbackward  {b:.2f}\nstep      {f + b:.2f}")
+    print(f"phase     ms (median of {steps})\nforward   {f:.2f}\nbackward  {b:.2f}\n"
+          f"optimizer {u:.2f}\nstep      {f + b + u:.2f}")
     mfu = 100 * tflops / peak if peak else 0.0
-    print(f"RESULT torch-eager bf16 B={B} T={T}: {f + b:.1f} ms/step, {tok_s:.0f} tok/s, "
+    what = "torch-eager bf16 + AdamW" if with_adamw else "torch-eager bf16"
+    print(f"RESULT {what} B={B} T={T}: {f + b + u:.1f} ms/step, {tok_s:.0f} tok/s, "
           f"{tflops:.1f} TFLOP/s, MFU {mfu:.1f}% of {peak:.0f}")
 
 

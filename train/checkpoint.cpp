@@ -111,8 +111,10 @@ json write_shared(const fs::path& dir, const Config& cfg, const FlatBuffer& para
                   const TrainState& state, const std::vector<uint64_t>& positions) {
   const std::string state_text = state_json(state, positions).dump(2) + "\n";
   const std::string config_text = config_to_yaml(cfg);
-  const std::string_view contents[] = {bytes_of(params), bytes_of(state.optimizer.m()),
-                                       bytes_of(state.optimizer.v()), state_text, config_text};
+  FlatBuffer host[3];
+  const std::string_view contents[] = {
+      bytes_of(on_host(params, host[0])), bytes_of(on_host(state.optimizer.m(), host[1])),
+      bytes_of(on_host(state.optimizer.v(), host[2])), state_text, config_text};
   json files = json::object();
   for (size_t i = 0; i < std::size(kFiles); ++i) {
     write_synced(dir / kFiles[i], contents[i]);
@@ -241,12 +243,19 @@ void check_compatible(const json& manifest, const Config& cfg, size_t param_coun
     throw InputError("checkpoint '" + dir.string() + "' was written for another run: " + diff);
 }
 
+// The file's bytes into BUF, on whatever device BUF lives (through a host copy).
 void read_into(const fs::path& path, FlatBuffer& buf) {
   const std::string bytes = read_whole(path);
   if (bytes.size() != buf.bytes())
     throw InputError("'" + path.string() + "' has " + std::to_string(bytes.size()) +
                      " bytes, expected " + std::to_string(buf.bytes()));
-  std::memcpy(buf.data(), bytes.data(), bytes.size());
+  if (buf.device() == Device::cpu) {
+    std::memcpy(buf.data(), bytes.data(), bytes.size());
+    return;
+  }
+  FlatBuffer host(buf.size());
+  std::memcpy(host.data(), bytes.data(), bytes.size());
+  copy_buffer(buf, host);
 }
 
 // This rank's 1-bit Adam error buffers from DIR; with another world size (or none saved)

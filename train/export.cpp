@@ -75,7 +75,7 @@ void import_safetensors(const std::string& path, Gpt& model) {
   const std::string file = read_regular_file(path, kNoSizeLimit, "train.init_from");
   const auto [header, data_begin] = safetensors_header(file, path);
   const size_t data_bytes = file.size() - data_begin;
-  std::vector<float> params(model.params().size());
+  FlatBuffer params(model.params().size());  // on the host; copied to the model's device
   for (const TensorInfo& t : model.registry().tensors()) {
     const Gpt2Name g = gpt2_name(t.name);
     std::vector<int64_t> shape = t.shape;
@@ -100,7 +100,7 @@ void import_safetensors(const std::string& path, Gpt& model) {
                        std::to_string(data_bytes) + " data bytes");
     read_tensor(file.data() + data_begin + begin, t, g.transposed, params.data() + t.offset);
   }
-  std::memcpy(model.params().data(), params.data(), params.size() * sizeof(float));
+  copy_buffer(model.params(), params);
 }
 
 Gpt2Name gpt2_name(const std::string& registry_name) {

@@ -60,6 +60,11 @@ GradSync::~GradSync() = default;
 
 void GradSync::setup(Gpt& model) {
   grads_ = model.grads().data();
+  if (world_ > 1 && model.grads().device() != Device::cpu) {
+    device_grads_ = &model.grads();
+    staging_ = FlatBuffer(device_grads_->size());
+    grads_ = staging_.data();
+  }
   n_layers_ = model.config().n_layers;
   // Backward order: the last block (with the final LayerNorm after it, whose gradient is
   // done even earlier), ..., block 0, then the embeddings (wte is final only at the end).
@@ -92,7 +97,7 @@ void GradSync::enqueue_bucket(size_t b) {
 }
 
 std::function<void(int)> GradSync::layer_hook() {
-  if (world_ <= 1 || !cfg_.overlap) return nullptr;
+  if (world_ <= 1 || !cfg_.overlap || device_grads_) return nullptr;
   return [this](int layer) {
     const int unit = layer >= 0 ? n_layers_ - 1 - layer : n_layers_;
     const int b = bucket_of_unit_[unit];
@@ -104,12 +109,14 @@ GradSync::Result GradSync::finish() {
   Result r;
   if (world_ <= 1) return r;
   const auto t0 = SteadyClock::now();
+  if (device_grads_) copy_buffer(staging_, *device_grads_);
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (!pending_[b]->enqueued) enqueue_bucket(b);
   for (auto& p : pending_) {
     p->handle.wait();
     p->enqueued = false;
   }
+  if (device_grads_) copy_buffer(*device_grads_, staging_);
   r = collect_spans(ms_since(t0));
   r.sent_bytes = size_t(double(r.bytes) * 2.0 * (world_ - 1) / world_);
   return r;
@@ -274,9 +281,14 @@ std::vector<uint64_t> GradSync::gather(uint64_t value) {
   return all;
 }
 
-void GradSync::check_replicas(const float* params, size_t n, int step) {
+void GradSync::check_replicas(const FlatBuffer& params, int step) {
   if (world_ <= 1) return;
-  const std::vector<uint64_t> all = gather(fnv1a64(params, n * sizeof(float)));
+  const FlatBuffer* host = &params;
+  if (params.device() != Device::cpu) {
+    copy_buffer(staging_, params);  // setup() sized it; between steps it holds nothing needed
+    host = &staging_;
+  }
+  const std::vector<uint64_t> all = gather(fnv1a64(host->data(), host->bytes()));
   std::string bad;
   for (int r = 1; r < world_; ++r)
     if (all[r] != all[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);

@@ -8,6 +8,10 @@
 // the Reducer an optimizer is handed (optim/reducer.h), whose sign_average runs 1-bit Adam's
 // compressed exchange bucket by bucket (comm/sign_allreduce.h). With one rank every call is
 // local and costs nothing. Used by the training thread only.
+//
+// Gradients on a GPU (Device::cuda) are staged through host memory: finish() copies the whole
+// buffer to a host copy, reduces it there bucket by bucket and copies it back, with no
+// overlap with backward (layer_hook() is null). NCCL on device buffers is the next issue's.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,7 @@
 #include "comm/engine.h"
 #include "core/config.h"
 #include "core/profiler.h"
+#include "core/registry.h"
 #include "optim/reducer.h"
 #include "train/step_record.h"
 
@@ -77,9 +82,11 @@ class GradSync final : public Reducer {
   ~GradSync() override;
   int rank() const { return rank_; }
   int world() const override { return world_; }
+  // Cuts MODEL's gradient buffer into buckets; with more than one rank and gradients on a
+  // GPU, allocates their host staging copy.
   void setup(Gpt& model);
   // The per-layer hook to pass to Gpt::backward on the last micro-batch: null with one
-  // rank or when comm.overlap is false.
+  // rank, when comm.overlap is false, or when the gradients are staged.
   std::function<void(int)> layer_hook();
   Result finish();
   // Every rank's loss, phases and (1-bit Adam) compression error sums → what every rank learns.
@@ -102,9 +109,10 @@ class GradSync final : public Reducer {
   Result take_exchange();
   // VALUE of every rank, in rank order (an allgather); every rank must call it.
   std::vector<uint64_t> gather(uint64_t value);
-  // Compares a checksum of every rank's parameters; throws CommError naming the ranks
-  // whose parameters differ from rank 0's (replicas diverged: a bug or a bad reduction).
-  void check_replicas(const float* params, size_t n, int step);
+  // Compares a checksum of every rank's parameters (read through the staging copy when they
+  // are on a GPU); throws CommError naming the ranks whose parameters differ from rank 0's
+  // (replicas diverged: a bug or a bad reduction).
+  void check_replicas(const FlatBuffer& params, int step);
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
  private:
@@ -118,7 +126,9 @@ class GradSync final : public Reducer {
   CommConfig cfg_;
   int rank_ = 0, world_ = 1;
   std::unique_ptr<CommEngine> engine_;
-  float* grads_ = nullptr;
+  float* grads_ = nullptr;              // what the buckets reduce: the gradients or staging_
+  FlatBuffer* device_grads_ = nullptr;  // the model's gradients when they are staged
+  FlatBuffer staging_;                  // host copy of device gradients (or parameters)
   int n_layers_ = 0;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_unit_;

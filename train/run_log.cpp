@@ -277,7 +277,7 @@ ojson summary_json(const Config& cfg, const RunFacts& f, const RunTotals& totals
   sum["peak_gflops"] = sp.peak;
   sum["peak_gflops_start"] = f.peak_gflops;
   sum["peak_gflops_end"] = end.peak_gflops_end;
-  sum["mfu"] = sp.gflops / sp.peak;
+  sum["mfu"] = sp.peak > 0 ? sp.gflops / sp.peak : 0;  // 0: a GPU with no known peak
   sum["comm_exposed_frac"] =
       totals.step_ms_sum > 0 ? totals.comm_exposed_ms / totals.step_ms_sum : 0.0;
   // Overlap = 1 - exposed / in flight, over the whole run; null with no communication.
@@ -304,8 +304,8 @@ void print_done(const Config& cfg, const RunFacts& f, const RunTotals& totals,
   std::printf(
       " | step p50 %.1f ms | %s tok/s | MFU %.1f%% (peak %.1f GFLOP/s: %.1f at start, "
       "%.1f at end)\n",
-      sp.p50, human_count(sp.tok_s).c_str(), 100.0 * sp.gflops / sp.peak, sp.peak, f.peak_gflops,
-      end.peak_gflops_end);
+      sp.p50, human_count(sp.tok_s).c_str(), sp.peak > 0 ? 100.0 * sp.gflops / sp.peak : 0.0,
+      sp.peak, f.peak_gflops, end.peak_gflops_end);
   std::printf(
       "  activations: arena peak %.2f MiB measured; Korthikanti et al. estimate %.2f MiB for "
       "the blocks (%s, recompute %s); the arena also holds embeddings, logits and backward's "

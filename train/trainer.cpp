@@ -8,10 +8,13 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 
 #include "core/checksum.h"
 #include "core/cpu/gemm16.h"
 #include "core/cpu/peak.h"
+#include "core/cuda/device.h"
+#include "core/cuda/gpu_peak.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/threads.h"
@@ -23,11 +26,23 @@
 namespace ringstep {
 namespace {
 
-// The peak of the kernel the matrix products run on (docs/metrics.md), per rank.
+// The peak of the kernel the matrix products run on (docs/metrics.md), per rank: the
+// config's, the GPU's datasheet number (0 for a GPU the table lacks), or measured on the CPU.
 double measure_peak(const Config& cfg, DType act_dtype, int threads) {
-  return cfg.profile.peak_gflops > 0
-             ? cfg.profile.peak_gflops
-             : measure_matmul_peak_gflops(act_dtype, 2048, 5, threads) * threads;
+  if (cfg.profile.peak_gflops > 0) return cfg.profile.peak_gflops;
+  if (cfg.run.device == Device::cuda)
+    return gpu_peak_gflops(cuda_device_name(), act_dtype, cfg.precision.tf32);
+  return measure_matmul_peak_gflops(act_dtype, 2048, 5, threads) * threads;
+}
+
+// Where measure_peak's number comes from, for the log header.
+std::string peak_source(const Config& cfg, DType act_dtype) {
+  if (cfg.profile.peak_gflops > 0) return "from config";
+  if (cfg.run.device == Device::cuda)
+    return cuda_device_name() + ": " +
+           gpu_peak_source(cuda_device_name(), act_dtype, cfg.precision.tf32);
+  return std::string("measured: 1-thread ") +
+         (act_dtype == DType::f32 ? "SGEMM" : cpu::gemm16_kernel(act_dtype)) + " x threads";
 }
 
 // The trace window clipped to the run. A window past the end is a warning, not an error:
@@ -49,11 +64,12 @@ GptOptions model_options(const Config& cfg) {
   return {cfg.precision.dtype, cfg.recompute.policy, cfg.recompute.k, cfg.precision.tf32};
 }
 
-// Checks the config (a caller may have changed it after loading) and what depends on the
-// world size, before anything else is built.
+// Checks the config (a caller may have changed it after loading), what depends on the
+// world size and that run.device is usable here, before anything else is built.
 const Config& checked(const Config& cfg, int world) {
   check_config(cfg);
   validate_for_world(cfg, world);
+  require_device(cfg.run.device, "run.device");
   return cfg;
 }
 
@@ -61,6 +77,12 @@ const Config& checked(const Config& cfg, int world) {
 // bytes per parameter); AdamW reads the gradient and reads and writes the parameter and
 // both moments (about 12 FLOPs and 28 bytes).
 OpCost update_cost(size_t n_params) { return {14.0 * double(n_params), 32.0 * double(n_params)}; }
+
+// Device marks a log interval makes (Trainer::timed's phases and the step's two): data,
+// forward and backward per micro-batch, unscale + check and the update.
+size_t device_marks(const Config& cfg) {
+  return size_t(cfg.profile.log_every) * (2 + 2 * (3 * size_t(cfg.train.grad_accum_steps) + 2));
+}
 
 // A test-only fault (profile.inject_*, configs/sick/): sleep MS milliseconds.
 void inject_delay(double ms) {
@@ -76,7 +98,9 @@ AdamWParams adamw_params(const Config& cfg) {
 
 TrainState::TrainState(const Registry& params, const Config& cfg,
                        std::unique_ptr<DataSource> train_data)
-    : optimizer(params, adamw_params(cfg)), scaler(cfg.precision), data(std::move(train_data)) {
+    : optimizer(params, adamw_params(cfg), cfg.run.device),
+      scaler(cfg.precision),
+      data(std::move(train_data)) {
   const OneBitConfig& ob = cfg.optimizer.onebit;
   if (cfg.optimizer.name == OptimizerKind::onebit_adam)
     onebit = std::make_unique<OneBitAdam>(optimizer, params, adamw_params(cfg),
@@ -89,8 +113,9 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
       // Inputs first: a bad data file must fail before anything is written.
       val_data_(make_data_source(checked(cfg_, sync_.world()), "val", sync_.rank(), sync_.world())),
       model_(cfg.model, model_options(cfg), cfg.run.device),
-      arena_(model_.count_arena_bytes(cfg.train.micro_batch, cfg.model.seq_len)),
+      arena_(model_.count_arena_bytes(cfg.train.micro_batch, cfg.model.seq_len), cfg.run.device),
       state_(model_.registry(), cfg, make_data_source(cfg, "train", sync_.rank(), sync_.world())),
+      passes_(cfg.run.device),
       schedule_{cfg.train.schedule, cfg.train.lr, cfg.train.min_lr_ratio, cfg.train.warmup_steps,
                 cfg.train.steps},
       timer_(cfg.profile.enabled),
@@ -108,10 +133,8 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
   set_compute_threads(f.threads);
   const DType act = model_.options().act_dtype;
   f.peak_gflops = measure_peak(cfg, act, f.threads);
-  f.peak_source = cfg.profile.peak_gflops > 0
-                      ? "from config"
-                      : std::string("measured: 1-thread ") +
-                            (act == DType::f32 ? "SGEMM" : cpu::gemm16_kernel(act)) + " x threads";
+  f.peak_source = peak_source(cfg, act);
+  timer_.time_on_device(make_device_clock(cfg.run.device, device_marks(cfg)));
   model_.init(cfg.run.seed);
   resumed_from_ = find_resume_checkpoint(cfg_, f.rank == 0);
   if (resumed_from_.empty()) {
@@ -121,7 +144,7 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
     load_checkpoint(resumed_from_, cfg_, f.rank, f.world, model_.params(), state_);
   }
   sync_.setup(model_);
-  if (f.world > 1) sync_.check_replicas(model_.params().data(), model_.params().size(), 0);
+  if (f.world > 1) sync_.check_replicas(std::as_const(model_).params(), 0);
   f.flops_per_token = model_.model_flops_per_token();
   f.hw_flops_per_token = f.flops_per_token + model_.recompute_flops_per_token();
   f.tokens_per_step = double(inputs_.size()) * f.world;
@@ -162,10 +185,10 @@ void Trainer::init_from(const std::string& path, bool lead) {
 
 template <class F>
 auto Trainer::timed(double PhaseTimes::*field, const char* name, bool traced, F&& f) {
-  const int64_t t0 = timer_.mark();
+  const StepTimer::PhaseStart t0 = timer_.begin_phase();
   auto finish = [&] {
-    const int64_t t1 = timer_.add(field, t0);
-    if (traced) trace_.span(Lane::compute, name, t0, t1, state_.step + 1);
+    const int64_t t1 = timer_.end_phase(field, t0);
+    if (traced) trace_.span(Lane::compute, name, t0.ns, t1, state_.step + 1);
   };
   if constexpr (std::is_void_v<decltype(f())>) {
     f();
@@ -190,7 +213,10 @@ Trainer::StepResult Trainer::step() {
   const bool traced = timer_.enabled() && !w.empty() && number >= w[0] && number <= w[1];
   const int op_every = cfg_.profile.op_every;
   StepResult s;
-  ops_ = timer_.enabled() && op_every > 0 && (traced || number % op_every == 0) ? &s.ops : nullptr;
+  // The op clock is the host's: on a device it would time launches, not kernels.
+  const bool op_timed =
+      timer_.enabled() && !timer_.on_device() && op_every > 0 && (traced || number % op_every == 0);
+  ops_ = op_timed ? &s.ops : nullptr;
   if (state_.onebit) s.stage = state_.onebit->stage(facts_.world);
   const bool compressed = s.stage == OneBitStage::compressed;
   s.loss_scale = state_.scaler.scale();
@@ -226,7 +252,7 @@ Trainer::StepResult Trainer::step() {
   ++state_.step;
   const int every = cfg_.train.check_replicas_every;
   if (every > 0 && state_.step % every == 0)
-    sync_.check_replicas(model_.params().data(), model_.params().size(), state_.step);
+    sync_.check_replicas(std::as_const(model_).params(), state_.step);
   return s;
 }
 
@@ -273,7 +299,7 @@ double Trainer::timed_update(double lr, bool traced, bool compressed, SignExchan
 int Trainer::unscale_and_agree(bool traced, double loss) {
   FlatBuffer& g = model_.grads();
   return timed(&PhaseTimes::optimizer, "unscale + check", traced, [&] {
-    const bool bad = state_.scaler.unscale_and_check(g.data(), g.size()) || !std::isfinite(loss);
+    const bool bad = state_.scaler.unscale_and_check(g, passes_) || !std::isfinite(loss);
     return sync_.first_rank(bad);
   });
 }
@@ -298,9 +324,8 @@ std::string Trainer::numerical_fault(int step, int rank) const {
 double Trainer::apply_update(double lr, bool traced) {
   return timed(&PhaseTimes::optimizer, "optimizer", traced, [&] {
     FlatBuffer& g = model_.grads();
-    const double norm = std::sqrt(sum_squares(g.data(), g.size()));
-    state_.optimizer.step(model_.params().data(), g.data(), lr,
-                          clip_coefficient(norm, cfg_.train.grad_clip));
+    const double norm = std::sqrt(passes_.sum_squares(g));
+    state_.optimizer.step(model_.params(), g, lr, clip_coefficient(norm, cfg_.train.grad_clip));
     return norm;
   });
 }
@@ -341,10 +366,25 @@ float Trainer::evaluate() {
   return float(sum / batches);
 }
 
-// Agrees on the step across ranks and, on rank 0, writes its record and (every log_every
-// steps) its line. With the profiler off: no per-step gathers, only the loss at log steps.
 void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
-  const int n = state_.step, steps = cfg_.train.steps;
+  unlogged_.push_back({s, state_.step, last_val_loss_});
+  const int n = state_.step;
+  if (!timer_.on_device() || n % cfg_.profile.log_every == 0 || n == cfg_.train.steps)
+    flush_log(out);
+}
+
+void Trainer::flush_log(TrainOutcome& out) {
+  if (timer_.on_device()) {
+    const std::vector<PhaseTimes> times = timer_.read_device();
+    for (size_t i = 0; i < unlogged_.size(); ++i) unlogged_[i].s.times = times.at(i);
+  }
+  for (const Unlogged& u : unlogged_) log_record(u.s, u.step, u.val_loss, out);
+  unlogged_.clear();
+}
+
+// With the profiler off: no per-step gathers, only the loss at log steps.
+void Trainer::log_record(const StepResult& s, int n, float val_loss, TrainOutcome& out) {
+  const int steps = cfg_.train.steps;
   const bool log_line = n % cfg_.profile.log_every == 0 || n == steps;
   const bool lead = facts_.rank == 0;
   if (!timer_.enabled()) {
@@ -360,7 +400,7 @@ void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
   StepRecord r;
   r.step = n;
   r.loss = view.mean_loss;
-  r.val_loss = last_val_loss_;
+  r.val_loss = val_loss;
   r.lr = s.lr;
   r.tokens = facts_.tokens_per_step;
   r.grad_norm = s.grad_norm;
@@ -370,7 +410,7 @@ void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
   r.ranks = view.ranks;
   r.tokens_per_s = facts_.tokens_per_step / (view.slowest.step / 1e3);
   r.model_gflops = facts_.flops_per_token * r.tokens_per_s / 1e9 / facts_.world;
-  r.mfu = r.model_gflops / facts_.peak_gflops;
+  r.mfu = facts_.peak_gflops > 0 ? r.model_gflops / facts_.peak_gflops : 0;
   r.hardware_gflops = facts_.hw_flops_per_token * r.tokens_per_s / 1e9 / facts_.world;
   r.comm_bytes = s.comm.bytes;
   r.comm_sent_bytes = s.comm.sent_bytes;
@@ -388,6 +428,7 @@ void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
 
 // Saves a checkpoint of the state after step state_.step (every rank calls it).
 void Trainer::save(TrainOutcome& out) {
+  flush_log(out);  // the step lines before the checkpoint's
   const auto t0 = SteadyClock::now();
   out.last_checkpoint = save_checkpoint(cfg_, model_.params(), state_, sync_);
   const double ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count();
@@ -403,7 +444,9 @@ void Trainer::save(TrainOutcome& out) {
 void Trainer::record_end_state(TrainOutcome& out) const {
   out.optimizer_steps = state_.optimizer.step_count();
   out.skipped_steps = int(state_.scaler.state().skipped_total);
-  out.params_fnv1a64 = fnv1a64(model_.params().data(), model_.params().bytes());
+  FlatBuffer host_copy;
+  const FlatBuffer& params = on_host(model_.params(), host_copy);
+  out.params_fnv1a64 = fnv1a64(params.data(), params.bytes());
 }
 
 // A signal asked the run to stop: save where it is and return without evaluating.
@@ -436,6 +479,7 @@ TrainOutcome Trainer::run() {
     if (preempt && sync_.any_rank(preempt->requested())) return stop_preempted(out);
     if (save_every > 0 && n % save_every == 0) save(out);
   }
+  flush_log(out);
   // The end of the run, unless the last step was just saved, or the run was resumed at its
   // end, or the scaler gave up (a state that only overflows is not worth resuming).
   const bool saved = state_.step % std::max(save_every, 1) == 0 || state_.step == out.resumed_step;

@@ -19,6 +19,7 @@
 #include "core/trace.h"
 #include "models/gpt.h"
 #include "optim/adamw.h"
+#include "optim/device_passes.h"
 #include "optim/loss_scaler.h"
 #include "optim/onebit_adam.h"
 #include "optim/schedule.h"
@@ -53,6 +54,7 @@ struct TrainingStopped : std::runtime_error {
 // model.params(), and nothing else. The data stream's position is data->position(); the
 // weights' initialisation and every data stream derive from the config's seed.
 struct TrainState {
+  // The optimizer state lives on cfg.run.device, with the parameters.
   TrainState(const Registry& params, const Config& cfg, std::unique_ptr<DataSource> train_data);
 
   int step = 0;                        // optimizer steps done, applied or skipped
@@ -108,7 +110,14 @@ class Trainer {
   // step without op timing).
   OpPhaseScope op_scope(OpPhase phase, bool traced);
   void trace_comm(const GradSync::Result& comm, int64_t wait_start);  // wait_start 0: no wait
+  // Queues the step just run for its record; logs every queued step at once unless the
+  // timer waits for device times, which are read once per log interval (core/profiler.h).
   void log_step(const StepResult& s, TrainOutcome& out);
+  // Logs every queued step (reading their device times first, if any).
+  void flush_log(TrainOutcome& out);
+  // Agrees on step N across ranks and, on rank 0, writes its record and (every log_every
+  // steps) its line. VAL_LOSS: the evaluation after it, NaN if none.
+  void log_record(const StepResult& s, int n, float val_loss, TrainOutcome& out);
   float evaluate();
   void save(TrainOutcome& out);
   TrainOutcome stop_preempted(TrainOutcome& out);
@@ -119,8 +128,9 @@ class Trainer {
   RunFacts facts_;
   std::unique_ptr<DataSource> val_data_;
   Gpt model_;
-  Arena arena_;
+  Arena arena_;  // on the model's device
   TrainState state_;
+  DevicePasses passes_;  // clipping's norm and the scaler's check, on the model's device
   LrSchedule schedule_;
   StepTimer timer_;
   TraceRecorder trace_;
@@ -132,6 +142,12 @@ class Trainer {
   std::string resumed_from_;  // the checkpoint loaded at construction; "" = none
   std::string fault_;         // why a numerical fault stops the run; "" = none
   OpProfile* ops_ = nullptr;  // the current step's op profile on op-timed steps
+  struct Unlogged {
+    StepResult s;
+    int step;
+    float val_loss;
+  };
+  std::vector<Unlogged> unlogged_;  // steps run whose records wait for their device times
 };
 
 // Runs CFG to completion: Trainer(cfg, comm).run().

@@ -21,7 +21,8 @@
 
 namespace ringstep::cuda {
 
-// Throws InputError for fp16 or when no CUDA device is usable.
+// Throws InputError for fp16 or when no CUDA device is usable. Makes this rank's GPU current
+// first (use_local_device, core/cuda/device.h).
 std::unique_ptr<Backend> make_cuda_backend(DType act_dtype, bool tf32);
 
 }  // namespace ringstep::cuda

@@ -2,6 +2,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device.h"
+#include "core/threads.h"
 
 namespace ringstep {
 
@@ -32,6 +33,12 @@ std::string cuda_device_name() {
 }  // namespace ringstep
 
 namespace ringstep::cuda {
+
+void use_local_device() {
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  CUDA_CHECK(cudaSetDevice(local_rank() % count));
+}
 
 void* device_alloc(size_t bytes) {
   void* p = nullptr;

@@ -15,6 +15,10 @@ bool cuda_available();
 std::string cuda_device_name();
 
 namespace cuda {
+// Makes GPU local_rank() % (device count) (core/threads.h) current on the calling thread:
+// one GPU per rank of a node, shared round-robin when the node has fewer GPUs than ranks.
+// Call before the first allocation; throws (cuda_check.h) on failure.
+void use_local_device();
 // One cudaMalloc of BYTES (at least 1), 256-byte aligned; throws (cuda_check.h) on failure.
 void* device_alloc(size_t bytes);
 void device_free(void* p);  // null is fine; errors are ignored (called from destructors)

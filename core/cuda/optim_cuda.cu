@@ -33,6 +33,35 @@ __global__ void unscale_check_kernel(float* g, size_t n, float inv, int* flag) {
   if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
 }
 
+// The sum of V over the block's threads, in thread 0 (a tree in shared memory; kBlock is a
+// power of two).
+__device__ double block_sum(double v) {
+  __shared__ double part[kBlock];
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kBlock / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half) part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  return part[0];
+}
+
+__global__ void sum_squares_kernel(const float* x, size_t n, double* partials) {
+  double acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    acc += double(x[i]) * double(x[i]);
+  const double sum = block_sum(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__global__ void fold_kernel(double* partials, int count) {
+  double acc = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  const double sum = block_sum(acc);
+  if (threadIdx.x == 0) partials[count] = sum;
+}
+
 }  // namespace
 
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
@@ -51,6 +80,16 @@ bool unscale_and_check(float* grads, size_t n, float inv_scale, int* flag) {
   int host = 0;
   CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
   return host != 0;
+}
+
+double sum_squares(const float* x, size_t n, double* partials) {
+  sum_squares_kernel<<<kNormBlocks, kBlock>>>(x, n, partials);
+  CUDA_CHECK(cudaGetLastError());
+  fold_kernel<<<1, kBlock>>>(partials, kNormBlocks);
+  CUDA_CHECK(cudaGetLastError());
+  double host = 0;
+  CUDA_CHECK(cudaMemcpy(&host, partials + kNormBlocks, sizeof(double), cudaMemcpyDeviceToHost));
+  return host;
 }
 
 }  // namespace ringstep::cuda

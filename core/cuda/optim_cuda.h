@@ -1,7 +1,9 @@
 // The optimizer-side passes over the flat buffers on the device, twins of optim/: AdamW's
-// update (AdamW::step) and the loss scaler's unscale + inf/NaN check
-// (LossScaler::unscale_and_check) in one pass. Device pointers; the stream is the legacy
-// default stream, as the backend's. Failures throw (cuda_check.h). Plain C++ header.
+// update (AdamW::step), the loss scaler's unscale + inf/NaN check
+// (LossScaler::unscale_and_check) in one pass, and the global norm's sum of squares
+// (optim/clip.h). Device pointers; the stream is the legacy default stream, as the
+// backend's. Failures throw (cuda_check.h). Plain C++ header; optim/device_passes.h is
+// what the trainer's side calls.
 #pragma once
 
 #include <cstddef>
@@ -18,5 +20,13 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
 // grads[0, n) *= inv_scale (skipped when it is 1) and true iff some element is inf or NaN.
 // FLAG is one device int of scratch. Blocks until the answer is on the host.
 bool unscale_and_check(float* grads, size_t n, float inv_scale, int* flag);
+
+// Blocks of the norm reduction, and so the partial sums it needs as scratch.
+constexpr int kNormBlocks = 1024;
+// The sum over [0, n) of x[i]^2, accumulated in double: each of kNormBlocks blocks reduces a
+// grid-stride share into PARTIALS[block], one more block folds them into
+// PARTIALS[kNormBlocks]; blocks until those 8 bytes are on the host. PARTIALS holds
+// kNormBlocks + 1 device doubles.
+double sum_squares(const float* x, size_t n, double* partials);
 
 }  // namespace ringstep::cuda

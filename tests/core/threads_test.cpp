@@ -41,6 +41,20 @@ TEST(Threads, LocalRankCountFromEnvironment) {
   for (const char* var : vars) unsetenv(var);
 }
 
+// A rank's index on its node (which GPU a cuda rank takes): 0 is a valid index, junk is not.
+TEST(Threads, LocalRankFromEnvironment) {
+  const char* vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+  for (const char* var : vars) unsetenv(var);
+  EXPECT_EQ(local_rank(), 0);
+  setenv("SLURM_LOCALID", "3", 1);
+  EXPECT_EQ(local_rank(), 3);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+  EXPECT_EQ(local_rank(), 0);  // Open MPI's takes precedence, and 0 counts
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "junk", 1);
+  EXPECT_EQ(local_rank(), 3);
+  for (const char* var : vars) unsetenv(var);
+}
+
 TEST(Threads, SetComputeThreadsReachesOpenMpAndEigen) {
   const int omp_before = omp_get_max_threads();
   const int eigen_before = Eigen::nbThreads();

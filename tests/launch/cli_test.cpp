@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 
+#include "core/cuda/device.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -44,6 +46,17 @@ void ExpectBadInput(const std::string& args, const std::string& fragment, const 
   EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
   EXPECT_NE(r.output.find(fragment), std::string::npos) << args << "\n" << r.output;
   EXPECT_FALSE(fs::exists(out / "run")) << args;
+}
+
+// run.device cuda where no CUDA device is usable (or in a build without the backend): exit 2
+// before anything is written, saying why.
+TEST(Cli, CudaWithoutADeviceExitsTwoSayingWhy) {
+  if (ringstep::cuda_available()) GTEST_SKIP() << "a CUDA device is usable here";
+  fs::path dir = Temp("nocuda");
+  const std::string run = " --set run.out_dir=" + (dir / "run").string();
+  ExpectBadInput("train " + Tiny() + run + " --set run.device=cuda",
+                 "run.device: device cuda is not available", dir);
+  fs::remove_all(dir);
 }
 
 TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {

@@ -130,10 +130,10 @@ TEST(DataParallel, DivergedReplicaIsNamed) {
   m.init(1);
   GradSync sync(&world(), CommConfig{});
   sync.setup(m);
-  sync.check_replicas(m.params().data(), m.params().size(), 0);  // identical: fine
+  sync.check_replicas(m.params(), 0);  // identical: fine
   if (world().rank() == world().size() - 1) m.params().data()[5] += 1.0f;
   try {
-    sync.check_replicas(m.params().data(), m.params().size(), 7);
+    sync.check_replicas(m.params(), 7);
     FAIL() << "expected a divergence error";
   } catch (const CommError& e) {
     EXPECT_NE(std::string(e.what()).find("rank(s) " + std::to_string(world().size() - 1)),

@@ -1,8 +1,11 @@
-// The device optimizer passes against optim/ (AdamW::step, LossScaler's unscale + check),
-// on a buffer of odd length. Skips with the reason when no GPU is usable.
+// The device optimizer passes against optim/ (AdamW::step, LossScaler's unscale + check,
+// clipping's norm), directly and through optim/device_passes.h, on buffers of odd length.
+// Skips with the reason when no GPU is usable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <limits>
 #include <random>
 #include <vector>
@@ -11,6 +14,8 @@
 #include "core/cuda/cuda_skip.h"
 #include "core/registry.h"
 #include "optim/adamw.h"
+#include "optim/clip.h"
+#include "optim/device_passes.h"
 
 #ifdef RINGSTEP_HAVE_CUDA
 #include "core/cuda/optim_cuda.h"
@@ -83,6 +88,57 @@ TEST_F(CudaOptim, UnscaleAndCheckFindsEveryNonFinite) {
       EXPECT_TRUE(cuda::unscale_and_check(dg.data(), n, 1.0f, f)) << bad << " at " << at;
     }
   }
+}
+
+// The seam (optim/device_passes.h) on cuda buffers against the same passes on host copies.
+TEST_F(CudaOptim, DevicePassesMatchTheHostPaths) {
+  const size_t n = 1000003;  // more elements than the reduction's threads: grid-stride loops
+  const std::vector<float> g = Random(n, 5);
+  FlatBuffer host(n), dev(n, Device::cuda);
+  std::copy(g.begin(), g.end(), host.data());
+  copy_buffer(dev, host);
+  DevicePasses on_host(Device::cpu), on_dev(Device::cuda);
+  const double want = on_host.sum_squares(host), got = on_dev.sum_squares(dev);
+  EXPECT_NEAR(got, want, 1e-9 * want);
+  EXPECT_EQ(on_dev.sum_squares(FlatBuffer(0, Device::cuda)), 0.0);
+  EXPECT_FALSE(on_dev.unscale_and_check(dev, 0.125f));
+  EXPECT_FALSE(on_host.unscale_and_check(host, 0.125f));
+  FlatBuffer back(n);
+  copy_buffer(back, dev);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(back.data()[i], host.data()[i]) << i;
+  EXPECT_THROW(on_dev.sum_squares(host), std::logic_error);
+}
+
+// AdamW::step on cuda buffers (moments on the device) against AdamW on the host, with
+// clipping's coefficient folded in as the trainer does.
+TEST_F(CudaOptim, AdamWFlatBufferStepOnDeviceMatchesHost) {
+  Registry reg;
+  reg.add("w", {301, 77});
+  reg.add("b", {77}, false);
+  const size_t n = reg.total_numel();
+  const AdamWParams hp{0.9, 0.95, 1e-8, 0.1};
+  AdamW cpu(reg, hp), gpu(reg, hp, Device::cuda);
+  EXPECT_EQ(gpu.m().device(), Device::cuda);
+  FlatBuffer p(n), dp(n, Device::cuda), dg(n, Device::cuda);
+  const std::vector<float> p0 = Random(n, 1);
+  std::copy(p0.begin(), p0.end(), p.data());
+  copy_buffer(dp, p);
+  DevicePasses passes(Device::cuda);
+  for (int t = 1; t <= 3; ++t) {
+    FlatBuffer g(n);
+    const std::vector<float> gv = Random(n, 20 + uint32_t(t));
+    std::copy(gv.begin(), gv.end(), g.data());
+    copy_buffer(dg, g);
+    const double norm = std::sqrt(passes.sum_squares(dg));
+    const double coef = clip_coefficient(norm, 1.0);
+    cpu.step(p, g, 1e-2, coef);
+    gpu.step(dp, dg, 1e-2, coef);
+  }
+  EXPECT_EQ(gpu.step_count(), 3);
+  FlatBuffer got(n);
+  copy_buffer(got, dp);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_NEAR(got.data()[i], p.data()[i], 1e-6f * std::max(1.0f, std::fabs(p.data()[i]))) << i;
 }
 
 #else
