@@ -21,11 +21,11 @@ constexpr size_t kLanes = 16;
 // 16-bit words (the transport moves 16-bit words; the pad byte is 0).
 struct Layout {
   size_t count = 0;
-  std::vector<size_t> ends;         // segment ends, the last == count
-  size_t chunk = 0;                 // elements per server chunk, a multiple of 8
+  std::vector<size_t> ends;           // segment ends, the last == count
+  size_t chunk = 0;                   // elements per server chunk, a multiple of 8
   std::vector<size_t> first_segment;  // per chunk: the first segment it touches
-  size_t scale_bytes = 0;           // of one message's scale slots
-  size_t block_bytes = 0;           // one message
+  size_t scale_bytes = 0;             // of one message's scale slots
+  size_t block_bytes = 0;             // one message
 
   Layout(size_t n, const std::vector<size_t>& segment_ends, int nranks)
       : count(n), ends(segment_ends), chunk(sign_chunk_elems(n, nranks)) {
@@ -36,10 +36,13 @@ struct Layout {
     for (int j = 0; j < nranks; ++j) {
       const Shard c = real(j);
       // Segments k with ends[k] > c.offset and start < c.offset + c.count, non-empty.
-      const size_t first = size_t(std::upper_bound(ends.begin(), ends.end(), c.offset) - ends.begin());
-      const size_t last = c.count == 0 ? first
-                                       : size_t(std::lower_bound(ends.begin(), ends.end(),
-                                                                 c.offset + c.count) - ends.begin()) + 1;
+      const size_t first =
+          size_t(std::upper_bound(ends.begin(), ends.end(), c.offset) - ends.begin());
+      const size_t last =
+          c.count == 0 ? first
+                       : size_t(std::lower_bound(ends.begin(), ends.end(), c.offset + c.count) -
+                                ends.begin()) +
+                             1;
       first_segment.push_back(first);
       most = std::max(most, last - first);
     }
@@ -52,12 +55,15 @@ struct Layout {
     return {begin, std::min(count, begin + chunk) - begin};
   }
   // The byte offset of segment K's scale in a message of chunk J (K touches chunk J).
-  size_t scale_offset(int j, size_t k) const { return (k - first_segment[size_t(j)]) * sizeof(float); }
+  size_t scale_offset(int j, size_t k) const {
+    return (k - first_segment[size_t(j)]) * sizeof(float);
+  }
   // Calls f(k, begin, end) for every non-empty part of segment k inside [begin, end).
   template <class F>
   void for_parts(size_t begin, size_t end, F&& f) const {
     size_t k = size_t(std::upper_bound(ends.begin(), ends.end(), begin) - ends.begin());
-    for (size_t start = k == 0 ? 0 : ends[k - 1]; k < ends.size() && start < end; start = ends[k++]) {
+    for (size_t start = k == 0 ? 0 : ends[k - 1]; k < ends.size() && start < end;
+         start = ends[k++]) {
       const size_t b = std::max(begin, start), e = std::min(end, ends[k]);
       if (b < e) f(k, b, e);
     }
@@ -149,8 +155,8 @@ void compress_worker(const float* x, float* e, const Layout& L, int nranks, OneB
   });
 }
 
-// Server stage for this rank's chunk C: the mean of the decoded worker messages IN[q] (in
-// rank order), plus the server error E (at C's offset), compressed again into OUT; E keeps
+// Server stage for this rank's chunk J: the mean of the decoded worker messages IN[q] (in
+// rank order), plus the server error E (at J's offset), compressed again into OUT; E keeps
 // the new error.
 void serve_chunk(const std::byte* const* in, int nranks, const Layout& L, int j, float* e,
                  OneBitScale kind, std::byte* out, std::vector<float>& acc) {

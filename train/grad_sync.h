@@ -127,7 +127,7 @@ class GradSync final : public Reducer {
   std::vector<int> straggler_streak_;  // consecutive steps each rank was over the ratio
   std::vector<std::vector<size_t>> sign_segments_;  // per bucket, for sign_segments_block_
   size_t sign_segments_block_ = 0;
-  double exchange_wait_ms_ = 0;        // sign_average waits since the last take_exchange
+  double exchange_wait_ms_ = 0;  // sign_average waits since the last take_exchange
   size_t exchange_sent_bytes_ = 0;
 };
 
