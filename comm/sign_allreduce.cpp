@@ -15,21 +15,38 @@ namespace {
 // vectorise.
 constexpr size_t kLanes = 16;
 
-// Where everything lies. A message is [fp32 scale per segment | chunk/8 packed bytes],
-// rounded up to whole 16-bit words (the transport moves 16-bit words; the pad byte is 0).
+// Where everything lies. Message j (worker to server j, or server j to all) is [fp32 scale
+// of each segment that chunk j touches, in order | chunk/8 packed bytes]; every message has
+// room for the most scales any chunk needs (unused slots 0) and is rounded up to whole
+// 16-bit words (the transport moves 16-bit words; the pad byte is 0).
 struct Layout {
   size_t count = 0;
-  std::vector<size_t> ends;  // segment ends, the last == count
-  size_t chunk = 0;          // elements per server chunk, a multiple of 8
-  size_t scale_bytes = 0;    // of one message's scales
-  size_t block_bytes = 0;    // one message
+  std::vector<size_t> ends;           // segment ends, the last == count
+  size_t chunk = 0;                   // elements per server chunk, a multiple of 8
+  std::vector<size_t> first_segment;  // per chunk: the first segment it touches
+  size_t scale_bytes = 0;             // of one message's scale slots
+  size_t block_bytes = 0;             // one message
 
   Layout(size_t n, const std::vector<size_t>& segment_ends, int nranks)
       : count(n), ends(segment_ends), chunk(sign_chunk_elems(n, nranks)) {
     if (ends.empty()) ends.push_back(n);
     if (ends.back() != n || !std::is_sorted(ends.begin(), ends.end()))
       throw std::invalid_argument("sign_allreduce: segment ends must ascend to the count");
-    scale_bytes = ends.size() * sizeof(float);
+    size_t most = 0;
+    for (int j = 0; j < nranks; ++j) {
+      const Shard c = real(j);
+      // Segments k with ends[k] > c.offset and start < c.offset + c.count, non-empty.
+      const size_t first =
+          size_t(std::upper_bound(ends.begin(), ends.end(), c.offset) - ends.begin());
+      const size_t last =
+          c.count == 0 ? first
+                       : size_t(std::lower_bound(ends.begin(), ends.end(), c.offset + c.count) -
+                                ends.begin()) +
+                             1;
+      first_segment.push_back(first);
+      most = std::max(most, last - first);
+    }
+    scale_bytes = most * sizeof(float);
     block_bytes = (scale_bytes + chunk / 8 + 1) / 2 * 2;
   }
   // The real (unpadded) elements of chunk j.
@@ -37,11 +54,16 @@ struct Layout {
     const size_t begin = std::min(count, size_t(j) * chunk);
     return {begin, std::min(count, begin + chunk) - begin};
   }
+  // The byte offset of segment K's scale in a message of chunk J (K touches chunk J).
+  size_t scale_offset(int j, size_t k) const {
+    return (k - first_segment[size_t(j)]) * sizeof(float);
+  }
   // Calls f(k, begin, end) for every non-empty part of segment k inside [begin, end).
   template <class F>
   void for_parts(size_t begin, size_t end, F&& f) const {
-    size_t start = 0;
-    for (size_t k = 0; k < ends.size(); start = ends[k++]) {
+    size_t k = size_t(std::upper_bound(ends.begin(), ends.end(), begin) - ends.begin());
+    for (size_t start = k == 0 ? 0 : ends[k - 1]; k < ends.size() && start < end;
+         start = ends[k++]) {
       const size_t b = std::max(begin, start), e = std::min(end, ends[k]);
       if (b < e) f(k, b, e);
     }
@@ -54,9 +76,9 @@ std::vector<std::byte>& staging(int which) {
   return bufs[which];
 }
 
-float scale_at(const std::byte* block, size_t k) {
+float scale_at(const std::byte* block, size_t offset) {
   float s;
-  std::memcpy(&s, block + k * sizeof(float), sizeof(float));
+  std::memcpy(&s, block + offset, sizeof(float));
   return s;
 }
 
@@ -110,8 +132,8 @@ void keep_error(float* z, size_t n, float s, double& sq_norm, double& sq_err) {
   }
 }
 
-// Worker stage: E = X + E (that is z), one scale per segment, chunk j's code and every
-// scale into message j of SEND, then E = z - s sign z.
+// Worker stage: E = X + E (that is z), one scale per segment, chunk j's code and the scales
+// of the segments it touches into message j of SEND, then E = z - s sign z.
 void compress_worker(const float* x, float* e, const Layout& L, int nranks, OneBitScale kind,
                      std::byte* send, SignAllreduceStats& st) {
   for (size_t i = 0; i < L.count; ++i) e[i] += x[i];
@@ -123,7 +145,9 @@ void compress_worker(const float* x, float* e, const Layout& L, int nranks, OneB
     std::byte* block = send + size_t(j) * L.block_bytes;
     const Shard c = L.real(j);
     std::memset(block, 0, L.block_bytes);
-    std::memcpy(block, scales.data(), L.scale_bytes);
+    L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t, size_t) {
+      std::memcpy(block + L.scale_offset(j, k), &scales[k], sizeof(float));
+    });
     pack_signs(e + c.offset, c.count, reinterpret_cast<uint8_t*>(block + L.scale_bytes));
   }
   L.for_parts(0, L.count, [&](size_t k, size_t b, size_t end) {
@@ -131,16 +155,18 @@ void compress_worker(const float* x, float* e, const Layout& L, int nranks, OneB
   });
 }
 
-// Server stage for this rank's chunk C: the mean of the decoded worker messages IN[q] (in
-// rank order), plus the server error E (at C's offset), compressed again into OUT; E keeps
+// Server stage for this rank's chunk J: the mean of the decoded worker messages IN[q] (in
+// rank order), plus the server error E (at J's offset), compressed again into OUT; E keeps
 // the new error.
-void serve_chunk(const std::byte* const* in, int nranks, const Layout& L, Shard c, float* e,
+void serve_chunk(const std::byte* const* in, int nranks, const Layout& L, int j, float* e,
                  OneBitScale kind, std::byte* out, std::vector<float>& acc) {
+  const Shard c = L.real(j);
   acc.assign(c.count, 0.0f);
   for (int q = 0; q < nranks; ++q) {
     const auto* bits = reinterpret_cast<const uint8_t*>(in[q] + L.scale_bytes);
     L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
-      apply_code<true>(bits, b - c.offset, end - c.offset, scale_at(in[q], k), acc.data());
+      apply_code<true>(bits, b - c.offset, end - c.offset, scale_at(in[q], L.scale_offset(j, k)),
+                       acc.data());
     });
   }
   const float n = float(nranks);
@@ -150,16 +176,18 @@ void serve_chunk(const std::byte* const* in, int nranks, const Layout& L, Shard 
   double unused_norm = 0, unused_err = 0;
   L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
     const float s = sign_scale(e + b, end - b, kind);
-    std::memcpy(out + k * sizeof(float), &s, sizeof(float));
+    std::memcpy(out + L.scale_offset(j, k), &s, sizeof(float));
     keep_error(e + b, end - b, s, unused_norm, unused_err);
   });
 }
 
-// X's chunk C from a server's message BLOCK.
-void decode_chunk(const std::byte* block, const Layout& L, Shard c, float* x) {
+// X's chunk J from its server's message BLOCK.
+void decode_chunk(const std::byte* block, const Layout& L, int j, float* x) {
+  const Shard c = L.real(j);
   const auto* bits = reinterpret_cast<const uint8_t*>(block + L.scale_bytes);
   L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
-    apply_code<false>(bits, b - c.offset, end - c.offset, scale_at(block, k), x + c.offset);
+    apply_code<false>(bits, b - c.offset, end - c.offset, scale_at(block, L.scale_offset(j, k)),
+                      x + c.offset);
   });
 }
 
@@ -223,10 +251,22 @@ size_t sign_chunk_elems(size_t count, int nranks) {
   return (count + quantum - 1) / quantum * 8;
 }
 
-size_t sign_allreduce_bytes(size_t count, size_t segments, int nranks) {
+size_t sign_allreduce_bytes(size_t count, const std::vector<size_t>& segment_ends, int nranks) {
   if (nranks <= 1 || count == 0) return 0;
-  const size_t block = (segments * sizeof(float) + sign_chunk_elems(count, nranks) / 8 + 1) / 2 * 2;
-  return 2 * size_t(nranks - 1) * block;
+  return 2 * size_t(nranks - 1) * Layout(count, segment_ends, nranks).block_bytes;
+}
+
+std::vector<size_t> split_segments(const std::vector<size_t>& segment_ends, size_t count,
+                                   size_t block) {
+  std::vector<size_t> out;
+  size_t start = 0;
+  for (size_t end : segment_ends.empty() ? std::vector<size_t>{count} : segment_ends) {
+    if (block > 0)
+      for (size_t cut = start + block; cut < end; cut += block) out.push_back(cut);
+    out.push_back(end);
+    start = end;
+  }
+  return out;
 }
 
 SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
@@ -253,11 +293,11 @@ SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
 
   thread_local std::vector<float> acc;
   std::byte* own = gathered + size_t(r) * L.block_bytes;
-  serve_chunk(in.data(), n, L, L.real(r), server_error, kind, own, acc);
+  serve_chunk(in.data(), n, L, r, server_error, kind, own, acc);
   exchange(
       comm, [&](int) { return static_cast<const std::byte*>(own); }, gathered, L.block_bytes, tag);
 
-  for (int j = 0; j < n; ++j) decode_chunk(gathered + size_t(j) * L.block_bytes, L, L.real(j), x);
+  for (int j = 0; j < n; ++j) decode_chunk(gathered + size_t(j) * L.block_bytes, L, j, x);
   st.bytes_sent = 2 * size_t(n - 1) * L.block_bytes;
   return st;
 }

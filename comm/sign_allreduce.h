@@ -4,10 +4,12 @@
 // two phases like a reduce-scatter and an allgather. It knows vectors, not optimizers:
 // 1-bit Adam's momentum exchange is one caller (optim/onebit_adam.h).
 //
-// Segments. The caller cuts the vector into segments (1-bit Adam: the model's tensors) and
-// every segment gets its own scales, since one scale for values of very different sizes
-// codes the small ones as large: each worker scale is over one segment, each server scale
-// over one segment's part of the server's chunk.
+// Segments. The caller cuts the vector into segments (1-bit Adam: the model's tensors, or
+// blocks of them, split_segments) and every segment gets its own scales, since one scale for
+// values of very different sizes codes the small ones as large: each worker scale is over
+// one segment, each server scale over one segment's part of the server's chunk. A message
+// carries the scales of the segments its chunk touches, not all of them, so that scales
+// cost 32 bits per segment per phase however many ranks there are.
 //
 // Layout. COUNT elements are padded, internally, to P = round_up(count, 8 N) for N ranks;
 // server chunk j is [j P/N, (j+1) P/N) of the padded vector, a whole number of bytes when
@@ -30,7 +32,9 @@
 // rounded to fp32: mean_abs = mean |z|, the s minimising ||z - s sign z||_2;
 // l2 = ||z||_2 / sqrt(n), DeepSpeed's. A chunk with no real element has scale 0.
 // Transport: our own point-to-point messages (two exchanges with every peer; no MPI
-// collective), each [fp32 scale | packed chunk] moved as raw 16-bit words.
+// collective), each [fp32 scales of the segments chunk j touches, in segment order | packed
+// chunk j] moved as raw 16-bit words; every message is as long as the one with the most
+// scales (the spare slots are 0).
 #pragma once
 
 #include <cstddef>
@@ -71,8 +75,15 @@ SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
                                   const std::vector<size_t>& segment_ends, float* worker_error,
                                   float* server_error, OneBitScale kind, int tag = 0x5342);
 
-// The bytes sign_allreduce sends per rank for COUNT elements in SEGMENTS segments over N
-// ranks: 2 (N - 1) messages of 4 SEGMENTS + count / 8N bytes (padded, in 16-bit words).
-size_t sign_allreduce_bytes(size_t count, size_t segments, int nranks);
+// The bytes sign_allreduce sends per rank for COUNT elements cut at SEGMENT_ENDS over N
+// ranks: 2 (N - 1) messages of 4 S + chunk / 8 bytes, rounded up to 16-bit words, where S is
+// the most segments any one chunk touches.
+size_t sign_allreduce_bytes(size_t count, const std::vector<size_t>& segment_ends, int nranks);
+
+// SEGMENT_ENDS (as for sign_allreduce; {} = one segment of COUNT) with every segment cut into
+// blocks of BLOCK elements from its start, the last block of each segment shorter if need
+// be; BLOCK 0 cuts nothing.
+std::vector<size_t> split_segments(const std::vector<size_t>& segment_ends, size_t count,
+                                   size_t block);
 
 }  // namespace ringstep

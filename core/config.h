@@ -162,6 +162,7 @@ struct RecomputeConfig {
 struct OneBitConfig {
   int freeze_step = 60;
   OneBitScale scale = OneBitScale::mean_abs;
+  int scale_block = 0;  // elements per scale inside a tensor; 0 = one scale per tensor
 
   bool operator==(const OneBitConfig&) const = default;
 };

@@ -62,8 +62,9 @@ SignExchange OneBitAdam::compressed_step(float* params, const float* grads, doub
                                          double grad_scale, Reducer& reducer) {
   adam_.set_step_count(adam_.step_count() + 1);
   local_momentum(grads, float(grad_scale));
-  const SignExchange x = reducer.sign_average(adam_.m().data(), worker_error_.data(),
-                                              server_error_.data(), adam_.m().size(), ob_.scale);
+  const SignExchange x =
+      reducer.sign_average(adam_.m().data(), worker_error_.data(), server_error_.data(),
+                           adam_.m().size(), SignCode{ob_.scale, size_t(ob_.scale_block)});
   apply(params, lr);
   return x;
 }

@@ -35,6 +35,7 @@ constexpr auto enum_names(OneBitStage) {
 struct OneBitParams {
   int freeze_step = 60;  // AdamW steps (applied) before the variance freezes; >= 1
   OneBitScale scale = OneBitScale::mean_abs;
+  int scale_block = 0;  // elements per scale inside a tensor (Reducer's SignCode); 0 = per tensor
 };
 
 class OneBitAdam {

@@ -15,6 +15,14 @@
 
 namespace ringstep {
 
+// How sign_average codes: the scale of each sign code, and how many elements share one
+// scale inside a tensor (BLOCK; 0 = one scale per tensor). Blocks start at each tensor's
+// first element, so a block that is a multiple of a matrix's row length holds whole rows.
+struct SignCode {
+  OneBitScale scale = OneBitScale::mean_abs;
+  size_t block = 0;
+};
+
 // What one sign_average call did on this rank.
 struct SignExchange {
   size_t bytes_sent = 0;      // point-to-point payload this rank sent
@@ -32,12 +40,12 @@ class Reducer {
   // True on every rank if FLAG is true on any rank.
   virtual bool any_rank(bool flag) = 0;
   // buf[0, n) = the 1-bit compressed mean over ranks of buf[0, n) with error feedback
-  // (comm/sign_allreduce.h: one bit per element and one scale per message, worker and
-  // server error buffers), the same bits on every rank. n is the length of the buffers
-  // the reducer was set up for (the parameters); WORKER_ERROR and SERVER_ERROR hold n
-  // elements each, this rank's, laid out like buf, updated in place.
+  // (comm/sign_allreduce.h: one bit per element and one scale per CODE block per message,
+  // worker and server error buffers), the same bits on every rank. n is the length of the
+  // buffers the reducer was set up for (the parameters); WORKER_ERROR and SERVER_ERROR hold
+  // n elements each, this rank's, laid out like buf, updated in place.
   virtual SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                                    OneBitScale scale) = 0;
+                                    const SignCode& code) = 0;
 };
 
 }  // namespace ringstep

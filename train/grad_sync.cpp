@@ -86,6 +86,7 @@ void GradSync::setup(Gpt& model) {
     for (int u = buckets_[b].first_unit; u <= buckets_[b].last_unit; ++u)
       bucket_of_unit_[u] = int(b);
   pending_.clear();
+  sign_segments_.clear();
   for (size_t b = 0; b < buckets_.size(); ++b) pending_.push_back(std::make_unique<Pending>());
 }
 
@@ -140,21 +141,29 @@ GradSync::Result GradSync::collect_spans(double exposed_ms) {
 }
 
 SignExchange GradSync::sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                                    OneBitScale scale) {
+                                    const SignCode& code) {
   SignExchange total;
   if (world_ == 1) return total;
   if (buckets_.empty() || n != buckets_.front().end)
     throw std::logic_error("sign_average: " + std::to_string(n) +
                            " elements, not the parameters GradSync was set up for");
+  if (sign_segments_.size() != buckets_.size() || sign_segments_block_ != code.block) {
+    sign_segments_.clear();
+    for (const Bucket& k : buckets_)
+      sign_segments_.push_back(split_segments(k.tensor_ends, k.end - k.begin, code.block));
+    sign_segments_block_ = code.block;
+  }
   const auto t0 = SteadyClock::now();
   std::vector<SignAllreduceStats> stats(buckets_.size());
   std::vector<CommHandle> handles;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& k = buckets_[b];
     const size_t len = k.end - k.begin;
+    const std::vector<size_t>* ends = &sign_segments_[b];
+    const OneBitScale scale = code.scale;
     handles.push_back(
         engine_->enqueue({"sign_allreduce", b, len, DType::f32}, [=, &stats](Communicator& c) {
-          stats[b] = sign_allreduce(c, buf + k.begin, len, k.tensor_ends, worker_error + k.begin,
+          stats[b] = sign_allreduce(c, buf + k.begin, len, *ends, worker_error + k.begin,
                                     server_error + k.begin, scale);
         }));
   }

@@ -99,11 +99,11 @@ class GradSync final : public Reducer {
   // The lowest rank whose FLAG is true (an AllReduce MIN), or -1: who saw a fault first.
   int first_rank(bool flag);
   void average(float* buf, size_t n) override;
-  // One sign_allreduce per bucket, queued on the engine back to back and waited for; one
-  // scale per tensor (comm/sign_allreduce.h's segments are the registry's tensors). Its spans and
-  // wait are the step's communication: collect them with take_exchange().
+  // One sign_allreduce per bucket, queued on the engine back to back and waited for; its
+  // segments are the registry's tensors cut into CODE.block blocks (split_segments). Its
+  // spans and wait are the step's communication: collect them with take_exchange().
   SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                            OneBitScale scale) override;
+                            const SignCode& code) override;
   // The communication of the sign_average calls since the last take_exchange(): comm_ms
   // from their spans, exposed_ms the time the training thread waited for them.
   Result take_exchange();
@@ -135,7 +135,9 @@ class GradSync final : public Reducer {
   struct Pending;
   std::vector<std::unique_ptr<Pending>> pending_;
   std::vector<int> straggler_streak_;  // consecutive steps each rank was over the ratio
-  double exchange_wait_ms_ = 0;        // sign_average waits since the last take_exchange
+  std::vector<std::vector<size_t>> sign_segments_;  // per bucket, for sign_segments_block_
+  size_t sign_segments_block_ = 0;
+  double exchange_wait_ms_ = 0;  // sign_average waits since the last take_exchange
   size_t exchange_sent_bytes_ = 0;
 };
 

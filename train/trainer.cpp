@@ -104,7 +104,7 @@ TrainState::TrainState(const Registry& params, const Config& cfg,
   const OneBitConfig& ob = cfg.optimizer.onebit;
   if (cfg.optimizer.name == OptimizerKind::onebit_adam)
     onebit = std::make_unique<OneBitAdam>(optimizer, params, adamw_params(cfg),
-                                          OneBitParams{ob.freeze_step, ob.scale});
+                                          OneBitParams{ob.freeze_step, ob.scale, ob.scale_block});
 }
 
 Trainer::Trainer(const Config& cfg, Communicator* comm)

@@ -4,6 +4,7 @@
 // counts that do not; and it sends about one bit per element.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -53,6 +54,9 @@ TEST(SignAllreduce, MatchesSimulationBitForBit) {
       // Segments across chunk boundaries, one of a single element, one empty.
       if (count >= 5)
         ExpectMatchesSimulation(count, {count / 3, count / 3 + 1, count / 3 + 1, count}, kind, 12);
+      // Scale blocks: many segments, a different number in each chunk's messages.
+      if (count >= 5)
+        ExpectMatchesSimulation(count, split_segments({count / 3, count}, count, 24), kind, 12);
     }
   }
 }
@@ -69,9 +73,31 @@ TEST(SignAllreduce, SendsAboutOneBitPerElement) {
   const double ring_bytes = 2.0 * (n - 1) / n * 4.0 * double(count);
   const size_t block = (4 + sign_chunk_elems(count, n) / 8 + 1) / 2 * 2;
   EXPECT_EQ(st.bytes_sent, 2 * size_t(n - 1) * block);
-  EXPECT_EQ(st.bytes_sent, sign_allreduce_bytes(count, 1, n));
+  EXPECT_EQ(st.bytes_sent, sign_allreduce_bytes(count, {}, n));
   EXPECT_LE(double(st.bytes_sent), ring_bytes / 31.9);
   EXPECT_EQ(x[count - 1], 1.0f);  // all +1 inputs: the code is exact, the mean is 1
+}
+
+// One scale per 1024 elements adds 32 bits per 1024 elements per phase, whatever the number
+// of ranks (each message carries the scales of its own chunk): 33/32 bits per element.
+TEST(SignAllreduce, ScaleBlocksCostTheirScalesAndNoMore) {
+  auto& comm = world();
+  const int n = comm.size();
+  const size_t count = (size_t(1) << 20) + 3, block = 1024;
+  const std::vector<size_t> ends = split_segments({}, count, block);
+  std::vector<float> x(count, 1.0f), ew(count, 0.0f), es(count, 0.0f);
+  const SignAllreduceStats st =
+      sign_allreduce(comm, x.data(), count, ends, ew.data(), es.data(), OneBitScale::mean_abs);
+  const size_t chunk = sign_chunk_elems(count, n);
+  size_t most = 0;  // blocks any one chunk touches
+  for (int j = 0; j < n; ++j) {
+    const size_t b = std::min(count, size_t(j) * chunk), e = std::min(count, b + chunk);
+    if (e > b) most = std::max(most, (e - 1) / block - b / block + 1);
+  }
+  EXPECT_EQ(st.bytes_sent, 2 * size_t(n - 1) * ((4 * most + chunk / 8 + 1) / 2 * 2));
+  const double ring_bytes = 2.0 * (n - 1) / n * 4.0 * double(count);
+  EXPECT_LE(double(st.bytes_sent), ring_bytes / 30.9);
+  EXPECT_EQ(x[count - 1], 1.0f);
 }
 
 }  // namespace

@@ -69,13 +69,36 @@ TEST(SignChunk, PadsToAMultipleOf8PerRank) {
   EXPECT_EQ(sign_chunk_elems(64, 2), 32u);
 }
 
+TEST(SignSegments, SplitCutsEverySegmentIntoBlocksFromItsStart) {
+  using V = std::vector<size_t>;
+  EXPECT_EQ(split_segments({10, 13, 30}, 30, 4), (V{4, 8, 10, 13, 17, 21, 25, 29, 30}));
+  EXPECT_EQ(split_segments({}, 9, 4), (V{4, 8, 9}));
+  EXPECT_EQ(split_segments({5, 9}, 9, 0), (V{5, 9})) << "block 0 cuts nothing";
+  EXPECT_EQ(split_segments({3, 3, 9}, 9, 4), (V{3, 3, 7, 9})) << "an empty segment stays";
+  EXPECT_EQ(split_segments({8, 16}, 16, 8), (V{8, 16})) << "no empty block at a segment's end";
+}
+
+// A message holds the scales of the segments its chunk touches: 64 elements on 2 ranks are
+// chunks [0, 32) and [32, 64) of 4 packed bytes each, plus 4 bytes per scale slot.
+TEST(SignSegments, AMessageCarriesOnlyItsChunksScales) {
+  EXPECT_EQ(sign_allreduce_bytes(64, {}, 2), 2u * (4 + 4));
+  EXPECT_EQ(sign_allreduce_bytes(64, {10, 40, 64}, 2), 2u * (2 * 4 + 4));  // 2 and 2 scales
+  // Chunk 0 touches 4 segments, chunk 1 one: every message has room for 4.
+  EXPECT_EQ(sign_allreduce_bytes(64, {8, 16, 24, 32, 64}, 2), 2u * (4 * 4 + 4));
+  // 1024 blocks of 1024 over 4 ranks: 256 scales and 32 KiB of signs per message, 6 messages.
+  const size_t count = size_t(1) << 20;
+  EXPECT_EQ(sign_allreduce_bytes(count, split_segments({}, count, 1024), 4),
+            6u * (256 * 4 + count / 32));
+  EXPECT_EQ(sign_allreduce_bytes(count, {}, 1), 0u);
+}
+
 // Sum of outputs = sum of mean inputs - (mean over ranks of e_w + e_s), to fp32 rounding,
 // over many calls: error feedback loses nothing, it only delays it.
 TEST(SignAllreduceSim, ErrorFeedbackIdentityHoldsOverManyCalls) {
   for (OneBitScale kind : {OneBitScale::mean_abs, OneBitScale::l2}) {
     const int n = 3, calls = 60;
     const size_t count = 1001;
-    testing::SignSim sim(n, count, {100, 700, count});
+    testing::SignSim sim(n, count, split_segments({100, 700, count}, count, 64));
     std::vector<double> sum_out(count, 0), sum_mean(count, 0), mag(count, 0);
     for (int c = 0; c < calls; ++c) {
       for (int r = 0; r < n; ++r)

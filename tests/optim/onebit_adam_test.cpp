@@ -18,7 +18,9 @@ struct SignReducer final : Reducer {
   int world() const override { return 2; }
   void average(float*, size_t) override {}
   bool any_rank(bool flag) override { return flag; }
-  SignExchange sign_average(float* buf, float* we, float* se, size_t n, OneBitScale) override {
+  SignExchange sign_average(float* buf, float* we, float* se, size_t n,
+                            const SignCode& code) override {
+    last_code = code;
     for (size_t i = 0; i < n; ++i) {
       const float q = buf[i] < 0 ? -0.5f : 0.5f;
       we[i] += 1.0f;  // visible error, to check the mask clears it
@@ -29,6 +31,7 @@ struct SignReducer final : Reducer {
     return {n / 8, 1.0, 4.0};
   }
   int calls = 0;
+  SignCode last_code;
 };
 
 struct Fixture {
@@ -43,7 +46,7 @@ struct Fixture {
 TEST(OneBitAdam, CompressedStepUsesFrozenVarianceAndTheExchangedMomentum) {
   Fixture f;
   AdamW adam(f.reg, f.hp);
-  OneBitAdam ob(adam, f.reg, f.hp, {2, OneBitScale::mean_abs});
+  OneBitAdam ob(adam, f.reg, f.hp, {2, OneBitScale::l2, 7});
   std::mt19937 gen(3);
   std::normal_distribution<float> nd;
   FlatBuffer p(f.reg.total_numel()), g(f.reg.total_numel());
@@ -71,6 +74,8 @@ TEST(OneBitAdam, CompressedStepUsesFrozenVarianceAndTheExchangedMomentum) {
       }
   }
   EXPECT_EQ(red.calls, 3);
+  EXPECT_EQ(red.last_code.scale, OneBitScale::l2) << "the code is the config's";
+  EXPECT_EQ(red.last_code.block, 7u);
   EXPECT_EQ(adam.step_count(), 5);
   for (size_t i = 0; i < v_frozen.size(); ++i) EXPECT_EQ(adam.v().data()[i], v_frozen[i]);
   for (const auto& ti : f.reg.tensors())
