@@ -11,8 +11,10 @@
 //   activations a model saves. float* arguments are fp32: parameters, gradients,
 //   LayerNorm statistics, logits, probabilities, losses and gradients w.r.t. activations.
 // - Weight and bias arguments point into the parameter buffer last given to set_weights().
-// - Backward ops ADD into their gradient outputs (+=), except where the comment says
-//   otherwise; a null gradient output marked "may be null" is not computed.
+// - Backward ops ADD into their parameter gradients (+=) and into dqkv; the gradient of a
+//   linear's input and of the logits is WRITTEN (old contents, even NaN, ignored), so the
+//   model zeroes no buffer before them. A null gradient output marked "may be null" is not
+//   computed.
 // - ARENA: temporaries come from it and are released before the op returns. When
 //   arena.counting(), the op makes exactly the allocations it would make for real and
 //   computes nothing: its pointer arguments may point nowhere and are not touched.
@@ -65,8 +67,8 @@ class Backend {
   // when not null].
   virtual void linear_forward(void* out, const void* inp, const float* weight, const float* bias,
                               const void* residual, int N, int C, int OC, Arena& arena) = 0;
-  // dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += column sums
-  // of dout. dinp and dbias may be null. A 16-bit backend rounds dout to act_dtype where it
+  // dinp (N, C) = dout @ weight (written); dweight (OC, C) += dout^T @ inp; dbias (OC) +=
+  // column sums of dout. dinp and dbias may be null. A 16-bit backend rounds dout to act_dtype where it
   // enters a product (in fp16 a value past 65504 becomes inf: the loss scaler's signal).
   virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const void* inp, const float* weight, int N, int C, int OC,
@@ -94,7 +96,7 @@ class Backend {
   // TARGETS (N) are host memory.
   virtual float crossentropy_forward(float* losses, float* probs, const float* logits,
                                      const int32_t* targets, int N, int V, Arena& arena) = 0;
-  // dlogits (N, V) += (probs - onehot(targets)) * dloss.
+  // dlogits (N, V) = (probs - onehot(targets)) * dloss (written).
   virtual void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
                                      float dloss, int N, int V, Arena& arena) = 0;
 };

@@ -192,20 +192,17 @@ void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& 
   Arena& ar = *arena_;
   // res3 = res2 + mlp(ln2(res2)): dres flows to both; the MLP branch adds into dres.
   float* dh = d.big;
-  be.zero(dh, 4 * NC, ar);
   be.linear_backward(dh, g(L.fcp_w), g(L.fcp_b), d.dres, a.fch_gelu, p(L.fcp_w), N, 4 * C, C, ar);
   be.gelu_backward(dh, a.fch, 4 * N, C, ar);
-  be.zero(d.dln, NC, ar);
   be.linear_backward(d.dln, g(L.fc_w), g(L.fc_b), dh, a.ln2, p(L.fc_w), N, C, 4 * C, ar);
   be.layernorm_backward(d.dres, g(L.ln2_w), g(L.ln2_b), d.dln, a.res2, p(L.ln2_w), a.ln2_mean,
                         a.ln2_rstd, N, C, ar);
   // res2 = x + proj(attn(ln1(x)))
   float* dqkv = d.big;
   float* datty = d.big + 3 * NC;
-  be.zero(d.big, 4 * NC, ar);
   be.linear_backward(datty, g(L.proj_w), g(L.proj_b), d.dres, a.atty, p(L.proj_w), N, C, C, ar);
+  be.zero(dqkv, 3 * NC, ar);  // attention backward adds into it; the linears write theirs
   be.attention_backward(dqkv, datty, a.qkv, a.att, B_, T_, C, NH, ar);
-  be.zero(d.dln, NC, ar);
   be.linear_backward(d.dln, g(L.qkv_w), g(L.qkv_b), dqkv, a.ln1, p(L.qkv_w), N, C, 3 * C, ar);
   be.layernorm_backward(d.dres, g(L.ln1_w), g(L.ln1_b), d.dln, x, p(L.ln1_w), a.ln1_mean,
                         a.ln1_rstd, N, C, ar);
@@ -292,10 +289,8 @@ void Gpt::head_backward(float dloss_scale) {
   Backend& be = *backend_;
   const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size;
   float* dlogits = arena.alloc_floats(size_t(N) * V);
-  be.zero(dlogits, size_t(N) * V, arena);
   // Mean over N tokens, times the caller's scale (1/grad_accum_steps, loss scale).
   be.crossentropy_backward(dlogits, probs_, targets_, dloss_scale / N, N, V, arena);
-  be.zero(d_.dln, size_t(N) * C, arena);
   be.linear_backward(d_.dln, g(wte_), nullptr, dlogits, lnf_, p(wte_), N, C, V, arena);
   const void* x_last = cfg_.n_layers > 0 ? acts_.back().res3 : encoded_;
   be.layernorm_backward(d_.dres, g(lnf_w_), g(lnf_b_), d_.dln, x_last, p(lnf_w_), lnf_mean_,

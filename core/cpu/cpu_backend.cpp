@@ -182,7 +182,7 @@ void CpuBackend::linear_backward(float* dinp, float* dweight, float* dbias, cons
     if (arena.counting()) return;
     narrow(dt_, dy, d16, size_t(rows) * OC);
     if (dinp != nullptr)
-      gemm16(dt_, false, false, rows, C, OC, 1.0f, d16, OC, w16(weight), C, 1.0f,
+      gemm16(dt_, false, false, rows, C, OC, 1.0f, d16, OC, w16(weight), C, 0.0f,
              dinp + size_t(r0) * C, C);
     gemm16(dt_, true, false, OC, C, rows, 1.0f, d16, OC, u16(elem16(inp, size_t(r0) * C)), C, 1.0f,
            dweight, C);

@@ -116,7 +116,13 @@ template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int C, int OC) {
   const ConstMatrixMap<T> dy(dout, N, OC), x(inp, N, C), w(weight, OC, C);
-  if (dinp != nullptr) MatrixMap<T>(dinp, N, C).noalias() += dy * w;
+  if (dinp != nullptr) {
+    // Written: zeroed, then the product adds onto it. A beta = 0 sgemm is no faster: OpenBLAS
+    // zeroes C itself first, in a pass slower than memset's (docs/perf.md section 14).
+    MatrixMap<T> di(dinp, N, C);
+    di.setZero();
+    di.noalias() += dy * w;
+  }
   MatrixMap<T>(dweight, OC, C).noalias() += dy.transpose() * x;
   if (dbias != nullptr) {
     ArrayMap<T> db(dbias, OC);
@@ -210,7 +216,7 @@ void softmax_crossentropy_backward(T* dlogits, const T* probs, const int32_t* ta
                                    int N, int V) {
 #pragma omp parallel for schedule(static) if (size_t(N) * V >= kParallelMinElems)
   for (int n = 0; n < N; ++n) {
-    ArrayMap<T>(dlogits + size_t(n) * V, V) += ConstArrayMap<T>(probs + size_t(n) * V, V) * dloss;
+    ArrayMap<T>(dlogits + size_t(n) * V, V) = ConstArrayMap<T>(probs + size_t(n) * V, V) * dloss;
     dlogits[size_t(n) * V + targets[n]] -= dloss;
   }
 }

@@ -1,6 +1,8 @@
 // The CPU op list: one forward and one backward function per op (llm.c style), explicit
-// shapes, row-major arrays. Backward functions ADD into their outputs (+=), so gradient
-// accumulation needs no copy and several consumers of one activation just add up.
+// shapes, row-major arrays. Backward functions ADD into their parameter gradients (+=), so
+// gradient accumulation needs no copy; the gradient w.r.t. an op's own input (matmul's dinp,
+// the cross-entropy's dlogits) is WRITTEN, old contents ignored, so the caller need not zero
+// it first. Where several consumers of one activation add up, the comment says +=.
 // Templated on the scalar (float for training, double for finite-difference tests).
 // Matrix products go through Eigen::Map on the caller's buffers (no copies); with
 // EIGEN_USE_BLAS Eigen hands them to OpenBLAS.
@@ -34,8 +36,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]; bias may be null.
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
-// dinp[N,C] += dout @ weight; dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout.
-// dinp and dbias may be null (not needed).
+// dinp[N,C] = dout @ weight (written); dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_n
+// dout. dinp and dbias may be null (not needed).
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                      const T* weight, int N, int C, int OC);
@@ -71,7 +73,7 @@ void residual_backward(T* da, T* db, const T* dout, size_t n);
 template <typename T>
 void softmax_crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets,
                                   int N, int V);
-// dlogits[N,V] += (probs - onehot(targets)) * dloss, where dloss is dL/dlosses[n] (the same
+// dlogits[N,V] = (probs - onehot(targets)) * dloss (written), where dloss is dL/dlosses[n] (the same
 // for every row: 1/(N*grad_accum) for a mean loss).
 template <typename T>
 void softmax_crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss,

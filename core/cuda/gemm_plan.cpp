@@ -37,9 +37,7 @@ GemmPlan plan_linear_forward(int N, int C, int OC) {
 
 // dinp^T (C x N) = W^T (col-major C x OC) * dout^T (col-major OC x N).
 GemmPlan plan_linear_dinp(int N, int C, int OC) {
-  GemmPlan p = per_head(false, false, C, N, OC, C, OC, C, 1, 0, 0, 0);
-  p.beta = 1.0f;
-  return p;
+  return per_head(false, false, C, N, OC, C, OC, C, 1, 0, 0, 0);  // beta 0: dinp is written
 }
 
 // dweight^T (C x OC) = inp^T (col-major C x N) * dout (col-major OC x N, transposed).

@@ -289,12 +289,12 @@ __global__ void sum_losses_kernel(double* out, const float* losses, int N) {
   if (threadIdx.x == 0) out[0] = part[0];
 }
 
-// dlogits[n, v] += (probs[n, v] - [v == targets[n]]) dloss; n = N V.
+// dlogits[n, v] = (probs[n, v] - [v == targets[n]]) dloss (written); n = N V.
 __global__ void xent_backward_kernel(float* dlogits, const float* probs, const int32_t* targets,
                                      float dloss, int V, size_t n) {
   RINGSTEP_GRID_STRIDE(i, n) {
     const float onehot = int(i % V) == targets[i / V] ? 1.0f : 0.0f;
-    dlogits[i] += (probs[i] - onehot) * dloss;
+    dlogits[i] = (probs[i] - onehot) * dloss;
   }
 }
 

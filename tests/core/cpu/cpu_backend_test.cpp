@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <new>
 #include <random>
 #include <stdexcept>
@@ -216,6 +217,30 @@ TEST(CpuBackend, SixteenBitScratchIsOneRowBlock) {
 
 bool BitEqual(const Vec& a, const Vec& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The input gradients a backward op writes (linear's dinp, the logits') come out the same
+// whatever the buffer held, NaN included, and the parameter gradients still add up.
+TEST_P(CpuBackendDtype, InputGradientsAreWrittenNotAdded) {
+  const DType dt = GetParam();
+  for (const char* name : {"linear_backward", "crossentropy_backward"}) {
+    SCOPED_TRACE(name);
+    const bool linear = std::string(name) == "linear_backward";
+    const Buffers once = RunOp(dt, name).first;
+    Buffers b = MakeBuffers(dt);
+    Vec& written = linear ? b.dinp : b.logits;
+    std::fill(written.begin(), written.end(), std::numeric_limits<float>::quiet_NaN());
+    CpuBackend be(dt);
+    be.set_weights(b.params.data(), b.params.size());
+    Arena arena(kArenaBytes);
+    for (const auto& [n, op] : Ops())
+      if (n == name) op(be, b, arena);
+    const Vec& want = linear ? once.dinp : once.logits;
+    const size_t n = linear ? size_t(N) * C : size_t(N) * V;  // the op's extent
+    EXPECT_EQ(std::memcmp(written.data(), want.data(), n * sizeof(float)), 0);
+    EXPECT_TRUE(BitEqual(b.grads, once.grads));
+    if (linear) EXPECT_FALSE(BitEqual(b.grads, MakeBuffers(dt).grads)) << "dweight added";
+  }
 }
 
 // Whether stored tensor S begins with the N values of Y rounded to DT.

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -105,6 +106,28 @@ void expect_close(const std::vector<A>& actual, const Vec& expected, double rtol
 }
 
 // Backward has already run once into *grads from zero; running it again must double them.
+// BACKWARD called again over NaN in WRITTEN gives the same values there (it never reads them)
+// and doubles the ACCUMULATED gradients.
+void expect_writes_and_accumulates(const std::vector<Vec*>& written,
+                                   const std::vector<Vec*>& accumulated,
+                                   const std::function<void()>& backward) {
+  std::vector<Vec> want;
+  for (Vec* w : written) {
+    want.push_back(*w);
+    std::fill(w->begin(), w->end(), std::numeric_limits<double>::quiet_NaN());
+  }
+  std::vector<Vec> twice;
+  for (const Vec* g : accumulated) {
+    twice.push_back(*g);
+    for (double& x : twice.back()) x *= 2;
+  }
+  backward();
+  for (size_t i = 0; i < written.size(); ++i)
+    expect_close(*written[i], want[i], 0.0, "written grad " + std::to_string(i));
+  for (size_t i = 0; i < accumulated.size(); ++i)
+    expect_close(*accumulated[i], twice[i], 1e-12, "accumulated grad " + std::to_string(i));
+}
+
 void expect_accumulates(const std::vector<Vec*>& grads, const std::function<void()>& backward) {
   std::vector<Vec> twice;
   for (const Vec* g : grads) {
@@ -235,7 +258,7 @@ void check_matmul(int N, int C, int OC, std::mt19937& rng) {
   expect_close(dinp, numeric_grad(inp, loss), kFdTol, "dinp");
   expect_close(dweight, numeric_grad(weight, loss), kFdTol, "dweight");
   expect_close(dbias, numeric_grad(bias, loss), kFdTol, "dbias");
-  expect_accumulates({&dinp, &dweight, &dbias}, backward);
+  expect_writes_and_accumulates({&dinp}, {&dweight, &dbias}, backward);
 
   // Optional outputs: no bias in forward, no dinp/dbias in backward.
   Vec out_nobias(out.size());
@@ -479,7 +502,7 @@ void check_softmax_crossentropy(int N, int V, double logit_offset, std::mt19937&
   };
   backward();
   expect_close(dlogits, numeric_grad(logits, mean_loss), kFdTol, "dlogits");
-  expect_accumulates({&dlogits}, backward);
+  expect_writes_and_accumulates({&dlogits}, {}, backward);
 }
 
 TEST(Ops, SoftmaxCrossEntropyMatchesNaiveAndFiniteDifferences) {

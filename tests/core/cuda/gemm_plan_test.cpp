@@ -49,10 +49,12 @@ TEST(GemmPlan, LinearForwardIsInpTimesWeightTransposed) {
   EXPECT_EQ(span_c(p), size_t(N) * OC);
 }
 
-TEST(GemmPlan, LinearBackwardAddsBothGradients) {
+TEST(GemmPlan, LinearBackwardWritesDinpAndAddsDweight) {
   const auto inp = rnd(N * C, 3), w = rnd(OC * C, 4), dout = rnd(N * OC, 5);
-  auto dinp = rnd(N * C, 6), dw = rnd(OC * C, 7);  // += onto nonzero values
-  auto want_dinp = dbl(dinp), want_dw = dbl(dw);
+  std::vector<float> dinp(N * C, NAN);  // written: the NaN must not be read
+  auto dw = rnd(OC * C, 7);             // += onto nonzero values
+  std::vector<double> want_dinp(N * C);
+  auto want_dw = dbl(dw);
   const auto di = dbl(inp), dwt = dbl(w), dd = dbl(dout);
   cpu::matmul_backward<double>(want_dinp.data(), want_dw.data(), nullptr, dd.data(), di.data(),
                                dwt.data(), N, C, OC);
