@@ -7,20 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <string>
 #include <iostream>
-#include <utility>
+#include <string>
 #include <vector>
 
-#ifdef RINGSTEP_HAVE_BLAS
-#include <cblas.h>
-#endif
-
 #include "core/arena.h"
+#include "core/cpu/sgemm_probe.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "models/gpt.h"
@@ -122,34 +117,6 @@ INSTANTIATE_TEST_SUITE_P(
                       MakeCase(DType::f16, RecomputePolicy::selective, 1)),
     CaseName);
 
-// Whether this machine's sgemm gives the same bits on 1 and 2 threads for products of the
-// test model's backward shapes. OpenBLAS splits M and N only, yet on some CPUs (AMD Zen 3
-// with its Zen kernels, docs/perf.md section 14) a row of C lands in an edge kernel with
-// another summation order when the split moves, so the bits follow the thread count.
-bool SgemmThreadInvariant() {
-#ifdef RINGSTEP_HAVE_BLAS
-  std::mt19937 gen(3);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int saved = hardware_threads();
-  bool same = true;
-  for (auto [M, N, K] : {std::array{512, 64, 64}, {64, 192, 512}, {512, 64, 256}}) {
-    std::vector<float> a(size_t(M) * K), b(size_t(K) * N), c1(size_t(M) * N), c2(c1.size());
-    for (float& x : a) x = nd(gen);
-    for (float& x : b) x = nd(gen);
-    for (auto [threads, c] : {std::pair{1, &c1}, {2, &c2}}) {
-      set_compute_threads(threads);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a.data(), K, b.data(),
-                  N, 0.0f, c->data(), N);
-    }
-    same = same && BitEqual(c1, c2);
-  }
-  set_compute_threads(saved);
-  return same;
-#else
-  return true;  // the fixed-order fallback GEMM
-#endif
-}
-
 // max |a - b| / max |b|.
 double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0, scale = 1e-30;
@@ -164,13 +131,13 @@ double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
 // OpenBLAS sharing their pool, attention's per-head loop, the AMX GEMMs) gives the same
 // losses and gradients bit for bit. 16 x 32 rows of width 64 pass every op's parallel
 // threshold, so each parallel path runs split. Where the BLAS itself is not thread-count
-// invariant (SgemmThreadInvariant) only that rounding may differ: within 1e-5 relative in
+// invariant (test::SgemmThreadInvariant) only that rounding may differ: within 1e-5 relative in
 // fp32, 1e-3 where a 16-bit rounding of an activation may flip with it.
 class ThreadCountBitIdentical : public ::testing::TestWithParam<DType> {};
 
 TEST_P(ThreadCountBitIdentical, SameGradientsAndLossesOnOneTwoAndThreeThreads) {
   const int saved = hardware_threads();
-  const bool blas_invariant = SgemmThreadInvariant();
+  const bool blas_invariant = test::SgemmThreadInvariant();
   const double tol = GetParam() == DType::f32 ? 1e-5 : 1e-3;
   if (!blas_invariant)
     std::cout << "  [note] this machine's sgemm rounds differently on 1 and 2 threads: "

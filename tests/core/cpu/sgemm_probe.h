@@ -1,0 +1,47 @@
+// Whether this machine's sgemm is thread-count invariant, for tests that assert bits
+// across thread counts. OpenBLAS splits M and N only, never K, yet on some CPUs (AMD Zen 3
+// with OpenBLAS's Zen kernels, docs/perf.md section 14) a row of C lands in an edge kernel
+// with another summation order when the split moves, so its bits follow the thread count.
+#pragma once
+
+#include <array>
+#include <cstring>
+#include <random>
+#include <utility>
+#include <vector>
+
+#ifdef RINGSTEP_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+#include "core/threads.h"
+
+namespace ringstep::test {
+
+// One and two threads give the same bits for products of the tests' shapes (row-major,
+// no transposes). Restores the compute thread count it found.
+inline bool SgemmThreadInvariant() {
+#ifdef RINGSTEP_HAVE_BLAS
+  std::mt19937 gen(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int saved = hardware_threads();
+  bool same = true;
+  for (auto [M, N, K] : {std::array{512, 64, 64}, {64, 192, 512}, {512, 384, 384}}) {
+    std::vector<float> a(size_t(M) * K), b(size_t(K) * N), c1(size_t(M) * N), c2(c1.size());
+    for (float& x : a) x = nd(gen);
+    for (float& x : b) x = nd(gen);
+    for (auto [threads, c] : {std::pair{1, &c1}, {2, &c2}}) {
+      set_compute_threads(threads);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a.data(), K, b.data(),
+                  N, 0.0f, c->data(), N);
+    }
+    same = same && std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)) == 0;
+  }
+  set_compute_threads(saved);
+  return same;
+#else
+  return true;  // the fixed-order fallback GEMM
+#endif
+}
+
+}  // namespace ringstep::test
