@@ -5,9 +5,10 @@
 //   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 build/bench/gemm16_bench
 //
 // The kernel gemm16 uses is printed in the context; RINGSTEP_GEMM16=sgemm forces the
-// fp32-sgemm kernel.
+// fp32-sgemm kernel. sgemm_written/* compares memset + beta 1 with beta 0 for each dX.
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -115,6 +116,22 @@ void bench_sgemm(benchmark::State& state, const Shape& s) {
   }
   set_flops(state, s);
 }
+
+// The two ways to write C = op(A) op(B) over old contents (a backward dX): zero C with
+// memset and add with beta = 1, or beta = 0 (OpenBLAS then zeroes C in its own pass).
+void bench_sgemm_written(benchmark::State& state, const Shape& s, bool memset_first) {
+  Operands op(s);
+  for (auto _ : state) {
+    (void)_;
+    if (memset_first) std::memset(op.c.data(), 0, op.c.size() * sizeof(float));
+    cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
+                s.trans_b ? CblasTrans : CblasNoTrans, s.M, s.N, s.K, 1.0f, op.a32.data(), op.lda,
+                op.b32.data(), op.ldb, memset_first ? 1.0f : 0.0f, op.c.data(), op.ldc);
+    benchmark::DoNotOptimize(op.c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, s);
+}
 #endif
 
 }  // namespace
@@ -133,6 +150,16 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond);
 #endif
   }
+#ifdef RINGSTEP_HAVE_BLAS
+  for (const Shape& s : trainer_shapes()) {
+    if (s.name.size() < 3 || s.name.substr(s.name.size() - 3) != "/dx") continue;
+    for (bool memset_first : {true, false})
+      benchmark::RegisterBenchmark(
+          ("sgemm_written/" + s.name + (memset_first ? "/memset_beta1" : "/beta0")).c_str(),
+          bench_sgemm_written, s, memset_first)
+          ->Unit(benchmark::kMicrosecond);
+  }
+#endif
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
