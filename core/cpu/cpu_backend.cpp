@@ -84,6 +84,9 @@ void CpuBackend::set_weights(const float* params, size_t n) {
   if (!half()) return;  // the fp32 path reads the weights where they are
   weights16_.resize(n);
   narrow(dt_, params, weights16_.data(), n);
+  if (!gemm16_widens(dt_)) return;
+  weights32_.resize(n);
+  widen(dt_, weights16_.data(), weights32_.data(), n);
 }
 
 const uint16_t* CpuBackend::w16(const float* w) const {
@@ -91,6 +94,10 @@ const uint16_t* CpuBackend::w16(const float* w) const {
   if (params_ == nullptr || before(w, params_) || !before(w, params_ + params_n_))
     throw std::logic_error("CpuBackend: a weight outside the buffer given to set_weights");
   return weights16_.data() + (w - params_);
+}
+
+const float* CpuBackend::w32(const float* w) const {
+  return weights32_.empty() ? nullptr : weights32_.data() + (w16(w) - weights16_.data());
 }
 
 void CpuBackend::zero(float* x, size_t n, Arena& arena) {
@@ -159,8 +166,8 @@ void CpuBackend::linear_forward(void* out, const void* inp, const float* weight,
         residual != nullptr ? load(dt_, arena, elem16(residual, size_t(r0) * OC), n) : nullptr;
     if (arena.counting()) return;
     for (int r = 0; r < rows; ++r) std::memcpy(y + size_t(r) * OC, bias, OC * sizeof(float));
-    gemm16(dt_, false, true, rows, OC, C, 1.0f, u16(elem16(inp, size_t(r0) * C)), C, w16(weight), C,
-           1.0f, y, OC);
+    gemm16_with_b32(dt_, false, true, rows, OC, C, 1.0f, u16(elem16(inp, size_t(r0) * C)), C,
+                    w16(weight), w32(weight), C, 1.0f, y, OC);
     if (res != nullptr) cpu::residual_forward(y, res, y, n);
     narrow(dt_, y, u16(elem16(out, size_t(r0) * OC)), n);
   });
@@ -182,8 +189,8 @@ void CpuBackend::linear_backward(float* dinp, float* dweight, float* dbias, cons
     if (arena.counting()) return;
     narrow(dt_, dy, d16, size_t(rows) * OC);
     if (dinp != nullptr)
-      gemm16(dt_, false, false, rows, C, OC, 1.0f, d16, OC, w16(weight), C, 0.0f,
-             dinp + size_t(r0) * C, C);
+      gemm16_with_b32(dt_, false, false, rows, C, OC, 1.0f, d16, OC, w16(weight), w32(weight), C,
+                      0.0f, dinp + size_t(r0) * C, C);
     gemm16(dt_, true, false, OC, C, rows, 1.0f, d16, OC, u16(elem16(inp, size_t(r0) * C)), C, 1.0f,
            dweight, C);
     if (dbias != nullptr)
@@ -196,7 +203,8 @@ void CpuBackend::logits_forward(float* logits, const void* inp, const float* wte
                                 int V, Arena& arena) {
   if (arena.counting()) return;
   if (half())
-    gemm16(dt_, false, true, N, V, C, 1.0f, u16(inp), C, w16(wte), C, 0.0f, logits, V);
+    gemm16_with_b32(dt_, false, true, N, V, C, 1.0f, u16(inp), C, w16(wte), w32(wte), C, 0.0f,
+                    logits, V);
   else
     cpu::matmul_forward(logits, f32(inp), wte, static_cast<const float*>(nullptr), N, C, V);
 }

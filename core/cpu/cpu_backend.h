@@ -64,11 +64,15 @@ class CpuBackend final : public Backend {
   // The 16-bit copy of weight W, a pointer into set_weights' buffer (std::logic_error if
   // it is not one).
   const uint16_t* w16(const float* w) const;
+  // That copy widened back to fp32, where gemm16 widens its operands (no AMX): made once per
+  // set_weights instead of in every product. Null where there is none.
+  const float* w32(const float* w) const;
 
   DType dt_;
   const float* params_ = nullptr;
   size_t params_n_ = 0;
   std::vector<uint16_t> weights16_;
+  std::vector<float> weights32_;  // empty unless gemm16_widens(dt_)
 };
 
 }  // namespace ringstep::cpu

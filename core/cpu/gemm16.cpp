@@ -145,15 +145,18 @@ void gemm_f32_fixed_order(bool trans_a, bool trans_b, int M, int N, int K, float
 }
 #endif
 
+// B32, when not null, is B already widened (leading dim ldb).
 void gemm16_sgemm(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                  const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
-                  int ldc) {
+                  const uint16_t* A, int lda, const uint16_t* B, const float* B32, int ldb,
+                  float beta, float* C, int ldc) {
   thread_local std::vector<float> a_buf, b_buf;
   const bool parallel = double(M) * N * K >= kParallelMinMacs;
   // Stored shapes: A is K x M when transposed, B is N x K when transposed.
-  const int a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
+  const int a_cols = trans_a ? M : K;
   const float* a = widen(dt, A, trans_a ? K : M, a_cols, lda, a_buf, parallel);
-  const float* b = widen(dt, B, trans_b ? N : K, b_cols, ldb, b_buf, parallel);
+  const int b_cols = B32 != nullptr ? ldb : (trans_b ? K : N);
+  const float* b =
+      B32 != nullptr ? B32 : widen(dt, B, trans_b ? N : K, b_cols, ldb, b_buf, parallel);
   // Zeroed first so that NaNs in C are ignored for beta == 0 on every BLAS.
   scale_c(M, N, beta, C, ldc);
 #ifdef RINGSTEP_HAVE_BLAS
@@ -188,6 +191,12 @@ void check_args(DType dt, bool trans_a, bool trans_b, int M, int N, int K, int l
 
 void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
             const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  gemm16_with_b32(dt, trans_a, trans_b, M, N, K, alpha, A, lda, B, nullptr, ldb, beta, C, ldc);
+}
+
+void gemm16_with_b32(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                     const uint16_t* A, int lda, const uint16_t* B, const float* B32, int ldb,
+                     float beta, float* C, int ldc) {
   check_args(dt, trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) {
@@ -197,9 +206,11 @@ void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alp
   if (use_amx(dt)) {
     detail::gemm16_amx_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   } else {
-    gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, lda, B, B32, ldb, beta, C, ldc);
   }
 }
+
+bool gemm16_widens(DType dt) { return !use_amx(dt); }
 
 const char* gemm16_kernel(DType dt) { return use_amx(dt) ? "amx-bf16" : "fp32-sgemm"; }
 

@@ -24,6 +24,17 @@ namespace ringstep::cpu {
 void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
             const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc);
 
+// gemm16 for a caller that also holds B's fp32 widening B32 (the same values in the same
+// layout, leading dim ldb; may be null): the fp32-sgemm kernel multiplies B32 instead of
+// widening B again, the AMX kernel reads B. The same bits as gemm16.
+void gemm16_with_b32(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                     const uint16_t* A, int lda, const uint16_t* B, const float* B32, int ldb,
+                     float beta, float* C, int ldc);
+
+// Whether gemm16 for DT widens its operands to fp32 on this machine (the fp32-sgemm kernel):
+// then a caller that multiplies one B many times gains from keeping B32.
+bool gemm16_widens(DType dt);
+
 // Which kernel gemm16 uses for DT on this machine: "amx-bf16" or "fp32-sgemm" (convert
 // blocks to fp32, then sgemm).
 const char* gemm16_kernel(DType dt);

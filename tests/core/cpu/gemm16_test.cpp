@@ -265,6 +265,22 @@ TEST_P(Gemm16Kernel, InfInputsPropagateLikeFp64) {
   }
 }
 
+// A caller's widened B (gemm16_with_b32) gives gemm16's bits, leading-dimension padding
+// included; the AMX kernel ignores it.
+TEST_P(Gemm16Kernel, WidenedBGivesTheSameBits) {
+  for (int t = 0; t < 4; ++t) {
+    const Problem p = make_problem(DType::bf16, t & 1, t & 2, 70, 45, 130, 1.0f, 0.5f, 3, 23);
+    const std::vector<float> ref = run(p);
+    std::vector<float> b32(p.b.size());
+    bf16_to_fp32(p.b.data(), b32.data(), p.b.size());
+    std::vector<float> c = p.c0;
+    gemm16_with_b32(p.dt, p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, p.a.data(), p.lda,
+                    p.b.data(), b32.data(), p.ldb, p.beta, c.data(), p.ldc);
+    EXPECT_EQ(std::memcmp(c.data(), ref.data(), ref.size() * 4), 0) << "t=" << t;
+  }
+  EXPECT_EQ(gemm16_widens(DType::bf16), GetParam() == "sgemm");
+}
+
 // The same inputs at other addresses (2 and 64 bytes further) give the same bits.
 TEST_P(Gemm16Kernel, AlignmentDoesNotChangeBits) {
   for (int t = 0; t < 4; ++t) {
