@@ -46,6 +46,9 @@ class Backend {
   // the backend's use of it. Call again whenever its values change: a 16-bit backend
   // rounds its own copy of the weights here, and its matrix products read that copy.
   virtual void set_weights(const float* params, size_t n) = 0;
+  // Bytes the backend keeps for its own copies of N parameters' weights once set_weights
+  // has run (0 for fp32: the products read the parameters where they are).
+  virtual size_t weight_copy_bytes(size_t n) const = 0;
   // x[0, N) = 0.
   virtual void zero(float* x, size_t n, Arena& arena) = 0;
 

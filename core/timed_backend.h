@@ -25,6 +25,7 @@ class TimedBackend final : public Backend {
   Device device() const override { return inner_->device(); }
   DType act_dtype() const override { return inner_->act_dtype(); }
   void set_weights(const float* params, size_t n) override;
+  size_t weight_copy_bytes(size_t n) const override { return inner_->weight_copy_bytes(n); }
   void zero(float* x, size_t n, Arena& arena) override;
   void encoder_forward(void* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C, Arena& arena) override;

@@ -101,6 +101,8 @@ class Gpt {
   std::vector<std::pair<size_t, size_t>> embedding_ranges() const;
 
   size_t param_count() const { return reg_.param_count(); }
+  // Bytes the backend holds for its copies of the weights (Backend::weight_copy_bytes).
+  size_t weight_copy_bytes() const { return backend_->weight_copy_bytes(params_.size()); }
   // N of the FLOPs formula: parameters without the position embeddings.
   size_t flops_param_count() const;
   // Model FLOPs per token, 6 N + 6 L C T (causal attention counted once).

@@ -151,8 +151,11 @@ void print_header(const Config& cfg, const RunFacts& f, const Gpt& model,
       f.peak_gflops, f.peak_source.c_str());
   std::printf(
       "  memory     params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activation arena "
-      "%.2f MiB reserved\n",
+      "%.2f MiB reserved",
       f.param_bytes / kMiB, f.param_bytes / kMiB, f.optimizer_bytes / kMiB, f.arena_bytes / kMiB);
+  if (f.weight_copy_bytes > 0)
+    std::printf(", weight copies for the products %.2f MiB", f.weight_copy_bytes / kMiB);
+  std::printf("\n");
   print_precision_header(cfg, model, scaler);
   const std::string scale_warning = loss_scale_warning(cfg.precision);
   if (!scale_warning.empty()) std::printf("  warning    %s\n", scale_warning.c_str());

@@ -27,6 +27,7 @@ struct RunFacts {
   DataInfo data;                  // entropy rate and floor (NaN: unknown)
   std::string data_description;
   uint64_t param_bytes = 0, optimizer_bytes = 0, arena_bytes = 0;
+  uint64_t weight_copy_bytes = 0;  // the backend's copies of the weights (16-bit, widened)
   size_t buckets = 0;
   std::vector<int> trace_window;  // [first, last] clipped to the run, or empty
   std::string trace_note;         // why there is no trace, or ""

@@ -152,6 +152,7 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
   f.optimizer_bytes =
       state_.optimizer.state_bytes() + (state_.onebit ? state_.onebit->state_bytes() : 0);
   f.arena_bytes = arena_.capacity_bytes();
+  f.weight_copy_bytes = model_.weight_copy_bytes();
   f.buckets = sync_.buckets().size();
   if (f.rank == 0) {
     // Every rank has chosen its checkpoint (check_replicas above waited for all of them).

@@ -89,6 +89,11 @@ void CpuBackend::set_weights(const float* params, size_t n) {
   widen(dt_, weights16_.data(), weights32_.data(), n);
 }
 
+size_t CpuBackend::weight_copy_bytes(size_t n) const {
+  if (!half()) return 0;
+  return n * (sizeof(uint16_t) + (gemm16_widens(dt_) ? sizeof(float) : 0));
+}
+
 const uint16_t* CpuBackend::w16(const float* w) const {
   const std::less<const float*> before;
   if (params_ == nullptr || before(w, params_) || !before(w, params_ + params_n_))

@@ -31,6 +31,8 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu; }
   DType act_dtype() const override { return dt_; }
   void set_weights(const float* params, size_t n) override;
+  // The 16-bit copy, and where gemm16 widens (no AMX) that copy widened to fp32.
+  size_t weight_copy_bytes(size_t n) const override;
   void zero(float* x, size_t n, Arena& arena) override;
   void encoder_forward(void* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C, Arena& arena) override;

@@ -62,6 +62,8 @@ class CudaBackend final : public Backend {
     fp32_to_bf16(params, weights16_, n, stream_);
   }
 
+  size_t weight_copy_bytes(size_t n) const override { return half() ? n * sizeof(uint16_t) : 0; }
+
   void zero(float* x, size_t n, Arena& arena) override {
     if (!arena.counting() && n) CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), stream_));
   }

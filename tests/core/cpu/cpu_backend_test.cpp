@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -18,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cpu/gemm16.h"
 #include "core/cpu/ops.h"
 #include "core/dtype.h"
 
@@ -217,6 +219,21 @@ TEST(CpuBackend, SixteenBitScratchIsOneRowBlock) {
 
 bool BitEqual(const Vec& a, const Vec& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// What the header reports as the weight copies: none in fp32, the 16-bit copy in bf16 and
+// fp16, and its fp32 widening where gemm16 widens (no AMX); forcing the fallback shows both.
+TEST(CpuBackend, WeightCopyBytesCountTheCopiesSetWeightsMakes) {
+  const size_t n = 1000;
+  EXPECT_EQ(CpuBackend(DType::f32).weight_copy_bytes(n), 0u);
+  EXPECT_EQ(CpuBackend(DType::f16).weight_copy_bytes(n), 6 * n) << "fp16 always widens";
+  cpu::gemm16_force_fallback(true);
+  EXPECT_EQ(CpuBackend(DType::bf16).weight_copy_bytes(n), 6 * n);
+  cpu::gemm16_force_fallback(false);
+  const bool amx = std::string(cpu::gemm16_kernel(DType::bf16)) == "amx-bf16";
+  EXPECT_EQ(CpuBackend(DType::bf16).weight_copy_bytes(n), (amx ? 2 : 6) * n);
+  const char* env = std::getenv("RINGSTEP_GEMM16");
+  cpu::gemm16_force_fallback(env != nullptr && std::string(env) == "sgemm");
 }
 
 // The input gradients a backward op writes (linear's dinp, the logits') come out the same
