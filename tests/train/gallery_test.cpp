@@ -54,9 +54,12 @@ ReportData TrainAndReport(const std::string& config, int ranks, const std::vecto
   return r;
 }
 
-// R fired EXPECTED (empty: nothing) and nothing else but the tolerated host rules.
+// R fired EXPECTED (empty: nothing) and nothing else but the tolerated host rules: those
+// that judge this host's noise or kernel speeds rather than the config (slow_op fires when
+// an op runs under 10% of its roofline bound, which tiny.yaml's attention does on some CPUs
+// and not on others, and near the line moves with the load).
 void ExpectFiredOnly(const ReportData& r, const std::string& expected, int ranks) {
-  std::set<std::string> tolerated = {"step_spread", "kernels"};
+  std::set<std::string> tolerated = {"step_spread", "kernels", "slow_op"};
   if (ranks > 1) tolerated.insert("straggler");
   tolerated.erase(expected);
   const std::vector<std::string> ids = r.fired();
