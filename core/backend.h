@@ -71,8 +71,9 @@ class Backend {
   virtual void linear_forward(void* out, const void* inp, const float* weight, const float* bias,
                               const void* residual, int N, int C, int OC, Arena& arena) = 0;
   // dinp (N, C) = dout @ weight (written); dweight (OC, C) += dout^T @ inp; dbias (OC) +=
-  // column sums of dout. dinp and dbias may be null. A 16-bit backend rounds dout to act_dtype where it
-  // enters a product (in fp16 a value past 65504 becomes inf: the loss scaler's signal).
+  // column sums of dout. dinp and dbias may be null. A 16-bit backend rounds dout to
+  // act_dtype where it enters a product (in fp16 a value past 65504 becomes inf: the loss
+  // scaler's signal).
   virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const void* inp, const float* weight, int N, int C, int OC,
                                Arena& arena) = 0;

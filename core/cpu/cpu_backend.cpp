@@ -84,7 +84,10 @@ void CpuBackend::set_weights(const float* params, size_t n) {
   if (!half()) return;  // the fp32 path reads the weights where they are
   weights16_.resize(n);
   narrow(dt_, params, weights16_.data(), n);
-  if (!gemm16_widens(dt_)) return;
+  if (!gemm16_widens(dt_)) {
+    weights32_.clear();  // never a stale copy should the kernel change
+    return;
+  }
   weights32_.resize(n);
   widen(dt_, weights16_.data(), weights32_.data(), n);
 }

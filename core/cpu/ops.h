@@ -73,8 +73,8 @@ void residual_backward(T* da, T* db, const T* dout, size_t n);
 template <typename T>
 void softmax_crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets,
                                   int N, int V);
-// dlogits[N,V] = (probs - onehot(targets)) * dloss (written), where dloss is dL/dlosses[n] (the same
-// for every row: 1/(N*grad_accum) for a mean loss).
+// dlogits[N,V] = (probs - onehot(targets)) * dloss (written), where dloss is dL/dlosses[n]
+// (the same for every row: 1/(N*grad_accum) for a mean loss).
 template <typename T>
 void softmax_crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss,
                                    int N, int V);

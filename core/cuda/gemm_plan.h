@@ -25,7 +25,7 @@ struct GemmPlan {
 // Linear layer, inp (N, C), weight (OC, C), out (N, OC), all row-major.
 // out = inp @ weight^T                      A = weight, B = inp, C = out
 GemmPlan plan_linear_forward(int N, int C, int OC);
-// dinp = dout @ weight (beta 0)            A = weight, B = dout, C = dinp
+// dinp = dout @ weight (beta 0)             A = weight, B = dout, C = dinp
 GemmPlan plan_linear_dinp(int N, int C, int OC);
 // dweight += dout^T @ inp                   A = inp, B = dout, C = dweight
 GemmPlan plan_linear_dweight(int N, int C, int OC);

@@ -6,11 +6,10 @@
 // - the arena's peak shows the memory each choice saves.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -117,22 +116,12 @@ INSTANTIATE_TEST_SUITE_P(
                       MakeCase(DType::f16, RecomputePolicy::selective, 1)),
     CaseName);
 
-// max |a - b| / max |b|.
-double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, double(std::abs(a[i] - b[i])));
-    scale = std::max(scale, double(std::abs(b[i])));
-  }
-  return diff / scale;
-}
-
 // The thread count changes nothing: a step on 1, 2 or 3 threads (OpenMP loops and the
 // OpenBLAS sharing their pool, attention's per-head loop, the AMX GEMMs) gives the same
 // losses and gradients bit for bit. 16 x 32 rows of width 64 pass every op's parallel
 // threshold, so each parallel path runs split. Where the BLAS itself is not thread-count
-// invariant (test::SgemmThreadInvariant) only that rounding may differ: within 1e-5 relative in
-// fp32, 1e-3 where a 16-bit rounding of an activation may flip with it.
+// invariant (test::SgemmThreadInvariant) only that rounding may differ: within 1e-5
+// relative in fp32, 1e-3 where a 16-bit rounding of an activation may flip with it.
 class ThreadCountBitIdentical : public ::testing::TestWithParam<DType> {};
 
 TEST_P(ThreadCountBitIdentical, SameGradientsAndLossesOnOneTwoAndThreeThreads) {
@@ -151,11 +140,11 @@ TEST_P(ThreadCountBitIdentical, SameGradientsAndLossesOnOneTwoAndThreeThreads) {
       EXPECT_TRUE(BitEqual(one.losses, many.losses)) << threads << " threads";
       EXPECT_TRUE(BitEqual(one.grads, many.grads)) << threads << " threads";
     } else {
-      EXPECT_LE(MaxRelDiff(many.losses, one.losses), tol) << threads << " threads";
-      EXPECT_LE(MaxRelDiff(many.grads, one.grads), tol) << threads << " threads";
+      EXPECT_LE(test::MaxRelDiff(many.losses, one.losses), tol) << threads << " threads";
+      EXPECT_LE(test::MaxRelDiff(many.grads, one.grads), tol) << threads << " threads";
       std::cout << "  [note] " << threads << " threads: losses differ by "
-                << MaxRelDiff(many.losses, one.losses) << ", gradients by "
-                << MaxRelDiff(many.grads, one.grads) << " (max relative)\n";
+                << test::MaxRelDiff(many.losses, one.losses) << ", gradients by "
+                << test::MaxRelDiff(many.grads, one.grads) << " (max relative)\n";
     }
   }
   set_compute_threads(saved);

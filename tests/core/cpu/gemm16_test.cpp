@@ -10,7 +10,6 @@
 // plus |beta c|) leaves a margin while a wrong index or a lost tile is off by O(1).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -308,16 +307,10 @@ TEST_P(Gemm16Kernel, ThreadCountDoesNotChangeBits) {
   const int saved = omp_get_max_threads();
   const bool bits = GetParam() == "amx" || test::SgemmThreadInvariant();
   auto expect_same = [&](const std::vector<float>& a, const std::vector<float>& b, int t) {
-    if (bits) {
+    if (bits)
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "t=" << t;
-      return;
-    }
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      diff = std::max(diff, double(std::abs(a[i] - b[i])));
-      scale = std::max(scale, double(std::abs(b[i])));
-    }
-    EXPECT_LE(diff, 1e-5 * scale) << "t=" << t << " (this sgemm is not thread-invariant)";
+    else
+      EXPECT_LE(test::MaxRelDiff(a, b), 1e-5) << "t=" << t << " (sgemm not thread-invariant)";
   };
   for (int t = 0; t < 4; ++t) {
     const Problem p = make_problem(DType::bf16, t & 1, t & 2, 512, 384, 384, 1.0f, 1.0f, 0, 31);

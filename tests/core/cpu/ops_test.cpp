@@ -105,7 +105,6 @@ void expect_close(const std::vector<A>& actual, const Vec& expected, double rtol
                                  << " (max |expected| " << scale << ")";
 }
 
-// Backward has already run once into *grads from zero; running it again must double them.
 // BACKWARD called again over NaN in WRITTEN gives the same values there (it never reads them)
 // and doubles the ACCUMULATED gradients.
 void expect_writes_and_accumulates(const std::vector<Vec*>& written,
@@ -128,6 +127,7 @@ void expect_writes_and_accumulates(const std::vector<Vec*>& written,
     expect_close(*accumulated[i], twice[i], 1e-12, "accumulated grad " + std::to_string(i));
 }
 
+// Backward has already run once into *grads from zero; running it again must double them.
 void expect_accumulates(const std::vector<Vec*>& grads, const std::function<void()>& backward) {
   std::vector<Vec> twice;
   for (const Vec* g : grads) {

@@ -1,10 +1,12 @@
 // Whether this machine's sgemm is thread-count invariant, for tests that assert bits
-// across thread counts. OpenBLAS splits M and N only, never K, yet on some CPUs (AMD Zen 3
+// across thread counts, and the relative difference they fall back to where it is not. OpenBLAS splits M and N only, never K, yet on some CPUs (AMD Zen 3
 // with OpenBLAS's Zen kernels, docs/perf.md section 14) a row of C lands in an edge kernel
 // with another summation order when the split moves, so its bits follow the thread count.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -12,6 +14,9 @@
 
 #ifdef RINGSTEP_HAVE_BLAS
 #include <cblas.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
 #include "core/threads.h"
@@ -24,7 +29,11 @@ inline bool SgemmThreadInvariant() {
 #ifdef RINGSTEP_HAVE_BLAS
   std::mt19937 gen(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int saved = hardware_threads();
+#ifdef _OPENMP
+  const int saved = omp_get_max_threads();
+#else
+  const int saved = 1;
+#endif
   bool same = true;
   for (auto [M, N, K] : {std::array{512, 64, 64}, {64, 192, 512}, {512, 384, 384}}) {
     std::vector<float> a(size_t(M) * K), b(size_t(K) * N), c1(size_t(M) * N), c2(c1.size());
@@ -42,6 +51,16 @@ inline bool SgemmThreadInvariant() {
 #else
   return true;  // the fixed-order fallback GEMM
 #endif
+}
+
+// max |a - b| / max |b| over two results of the same computation.
+inline double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, double(std::abs(a[i] - b[i])));
+    scale = std::max(scale, double(std::abs(b[i])));
+  }
+  return diff / scale;
 }
 
 }  // namespace ringstep::test
