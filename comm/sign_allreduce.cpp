@@ -7,6 +7,10 @@
 #include <stdexcept>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace ringstep {
 namespace {
 
@@ -14,6 +18,47 @@ namespace {
 // order at the end: a fixed order, so results are reproducible, that the compiler can
 // vectorise.
 constexpr size_t kLanes = 16;
+
+// The scale of the N values VALUE(0), ..., VALUE(n - 1) in the order the header fixes
+// (element i in double lane i mod kLanes, lanes combined in order, then the tail). VALUE is
+// called once per element, in increasing order, so it may also write (the worker stage
+// forms z with it).
+template <class Value>
+float scale_of(size_t n, OneBitScale kind, Value&& value) {
+  if (n == 0) return 0.0f;
+  const bool abs = kind == OneBitScale::mean_abs;
+  double lane[kLanes] = {};
+  size_t i = 0;
+#if defined(__AVX2__)
+  // The same lanes, four doubles to a register (lane k in register k / 4).
+  static_assert(kLanes == 16);
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                    _mm256_setzero_pd()};
+  for (; i + kLanes <= n; i += kLanes) {
+    alignas(32) float v[kLanes];
+    for (size_t k = 0; k < kLanes; ++k) v[k] = value(i + k);
+    for (int q = 0; q < 4; ++q) {
+      const __m256d d = _mm256_cvtps_pd(_mm_load_ps(v + 4 * q));
+      acc[q] = _mm256_add_pd(acc[q], abs ? _mm256_andnot_pd(sign, d) : _mm256_mul_pd(d, d));
+    }
+  }
+  for (int q = 0; q < 4; ++q) _mm256_storeu_pd(lane + 4 * q, acc[q]);
+#else
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t k = 0; k < kLanes; ++k) {
+      const double v = value(i + k);
+      lane[k] += abs ? std::fabs(v) : v * v;
+    }
+#endif
+  double sum = 0;
+  for (double l : lane) sum += l;
+  for (; i < n; ++i) {
+    const double v = value(i);
+    sum += abs ? std::fabs(v) : v * v;
+  }
+  return abs ? float(sum / double(n)) : float(std::sqrt(sum / double(n)));
+}
 
 // Where everything lies. Message j (worker to server j, or server j to all) is [fp32 scale
 // of each segment that chunk j touches, in order | chunk/8 packed bytes]; every message has
@@ -69,12 +114,6 @@ struct Layout {
     }
   }
 };
-
-// Per-thread staging, reused so that steady-state calls never allocate.
-std::vector<std::byte>& staging(int which) {
-  thread_local std::vector<std::byte> bufs[2];
-  return bufs[which];
-}
 
 float scale_at(const std::byte* block, size_t offset) {
   float s;
@@ -132,26 +171,76 @@ void keep_error(float* z, size_t n, float s, double& sq_norm, double& sq_err) {
   }
 }
 
-// Worker stage: E = X + E (that is z), one scale per segment, chunk j's code and the scales
-// of the segments it touches into message j of SEND, then E = z - s sign z.
+// Z[0, n) -= s sign(Z) as keep_error does, and sign(Z) into the packed BITS from bit FIRST
+// on (element i is bit FIRST + i; the bytes start zeroed and are ORed into). Whole bytes go
+// eight elements at a time.
+void code_and_keep_error(float* z, size_t n, float s, uint8_t* bits, size_t first, double& sq_norm,
+                         double& sq_err) {
+  float norm[8] = {}, err[8] = {};
+  auto one = [&](size_t i, unsigned lane) {
+    const float v = z[i];
+    const unsigned neg = v < 0;
+    const float e = v - signed_scale(s, neg);
+    norm[lane] += v * v;
+    err[lane] += e * e;
+    z[i] = e;
+    return neg;
+  };
+  size_t i = 0;
+  for (; i < n && (first + i) % 8 != 0; ++i)
+    bits[(first + i) / 8] |= uint8_t(one(i, 0) << ((first + i) % 8));
+#if defined(__AVX2__)
+  // The same arithmetic, eight lanes to a register: the sign bit of s flipped where z < 0.
+  const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f), sv = _mm256_set1_ps(s);
+  __m256 vnorm = _mm256_setzero_ps(), verr = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(z + i);
+    const __m256 neg = _mm256_cmp_ps(v, zero, _CMP_LT_OQ);
+    const __m256 e = _mm256_sub_ps(v, _mm256_xor_ps(sv, _mm256_and_ps(neg, sign)));
+    vnorm = _mm256_add_ps(vnorm, _mm256_mul_ps(v, v));
+    verr = _mm256_add_ps(verr, _mm256_mul_ps(e, e));
+    _mm256_storeu_ps(z + i, e);
+    bits[(first + i) / 8] = uint8_t(_mm256_movemask_ps(neg));
+  }
+  float vn[8], ve[8];
+  _mm256_storeu_ps(vn, vnorm);
+  _mm256_storeu_ps(ve, verr);
+  for (unsigned k = 0; k < 8; ++k) {
+    norm[k] += vn[k];
+    err[k] += ve[k];
+  }
+#endif
+  for (; i + 8 <= n; i += 8) {
+    unsigned byte = 0;
+    for (unsigned k = 0; k < 8; ++k) byte |= one(i + k, k) << k;
+    bits[(first + i) / 8] = uint8_t(byte);
+  }
+  for (; i < n; ++i) bits[(first + i) / 8] |= uint8_t(one(i, 0) << ((first + i) % 8));
+  for (unsigned k = 0; k < 8; ++k) {
+    sq_norm += norm[k];
+    sq_err += err[k];
+  }
+}
+
+// Worker stage, segment by segment (two passes over each while it is in cache): E = X + E
+// (that is z) with the segment's scale, then E = z - s sign z with the code of each chunk's
+// part of the segment, and the scale, into message j of SEND.
 void compress_worker(const float* x, float* e, const Layout& L, int nranks, OneBitScale kind,
                      std::byte* send, SignAllreduceStats& st) {
-  for (size_t i = 0; i < L.count; ++i) e[i] += x[i];
-  std::vector<float> scales(L.ends.size());
+  for (int j = 0; j < nranks; ++j) std::memset(send + size_t(j) * L.block_bytes, 0, L.block_bytes);
   L.for_parts(0, L.count, [&](size_t k, size_t b, size_t end) {
-    scales[k] = sign_scale(e + b, end - b, kind);
-  });
-  for (int j = 0; j < nranks; ++j) {
-    std::byte* block = send + size_t(j) * L.block_bytes;
-    const Shard c = L.real(j);
-    std::memset(block, 0, L.block_bytes);
-    L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t, size_t) {
-      std::memcpy(block + L.scale_offset(j, k), &scales[k], sizeof(float));
-    });
-    pack_signs(e + c.offset, c.count, reinterpret_cast<uint8_t*>(block + L.scale_bytes));
-  }
-  L.for_parts(0, L.count, [&](size_t k, size_t b, size_t end) {
-    keep_error(e + b, end - b, scales[k], st.worker_sq_norm, st.worker_sq_err);
+    float* eb = e + b;
+    const float* xb = x + b;
+    const float scale = scale_of(end - b, kind, [eb, xb](size_t i) { return eb[i] += xb[i]; });
+    for (int j = int(b / L.chunk); j < nranks && size_t(j) * L.chunk < end; ++j) {
+      const Shard c = L.real(j);
+      const size_t lo = std::max(b, c.offset), hi = std::min(end, c.offset + c.count);
+      if (lo >= hi) continue;
+      std::byte* block = send + size_t(j) * L.block_bytes;
+      std::memcpy(block + L.scale_offset(j, k), &scale, sizeof(float));
+      code_and_keep_error(e + lo, hi - lo, scale, reinterpret_cast<uint8_t*>(block + L.scale_bytes),
+                          lo - c.offset, st.worker_sq_norm, st.worker_sq_err);
+    }
   });
 }
 
@@ -195,7 +284,7 @@ void decode_chunk(const std::byte* block, const Layout& L, int j, float* x) {
 // rank j, for every peer j, and waits for all of them. Sends start at the right-hand
 // neighbour so that every link is busy at once.
 template <class Out>
-void exchange(Communicator& comm, Out&& out, std::byte* in, size_t block_bytes, int tag) {
+void exchange_blocks(Communicator& comm, Out&& out, std::byte* in, size_t block_bytes, int tag) {
   const int n = comm.size(), r = comm.rank();
   const size_t words = block_bytes / 2;
   std::vector<CommHandle> pending;
@@ -231,19 +320,7 @@ void unpack_signs(const uint8_t* in, size_t n, float scale, float* out) {
 }
 
 float sign_scale(const float* z, size_t n, OneBitScale kind) {
-  if (n == 0) return 0.0f;
-  const bool abs = kind == OneBitScale::mean_abs;
-  double lane[kLanes] = {};
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (size_t k = 0; k < kLanes; ++k) {
-      const double v = z[i + k];
-      lane[k] += abs ? std::fabs(v) : v * v;
-    }
-  double sum = 0;
-  for (double l : lane) sum += l;
-  for (; i < n; ++i) sum += abs ? std::fabs(double(z[i])) : double(z[i]) * double(z[i]);
-  return abs ? float(sum / double(n)) : float(std::sqrt(sum / double(n)));
+  return scale_of(n, kind, [z](size_t i) { return z[i]; });
 }
 
 size_t sign_chunk_elems(size_t count, int nranks) {
@@ -269,36 +346,72 @@ std::vector<size_t> split_segments(const std::vector<size_t>& segment_ends, size
   return out;
 }
 
+struct SignAllreduce::Impl {
+  Layout layout;
+  OneBitScale kind;
+  int nranks;
+  int rank = 0;
+  std::vector<std::byte> send;      // the worker messages, one per server chunk
+  std::vector<std::byte> received;  // the other workers' messages for this rank's chunk
+  std::vector<std::byte> gathered;  // every server's message (this rank's own included)
+  std::vector<float> acc;           // the server stage's sum
+
+  Impl(size_t count, const std::vector<size_t>& ends, int n, OneBitScale k)
+      : layout(count, ends, n),
+        kind(k),
+        nranks(n),
+        send(size_t(n) * layout.block_bytes),
+        received(send.size()),
+        gathered(send.size()) {}
+  std::byte* block(std::vector<std::byte>& v, int j) {
+    return v.data() + size_t(j) * layout.block_bytes;
+  }
+};
+
+SignAllreduce::SignAllreduce(size_t count, const std::vector<size_t>& segment_ends, int nranks,
+                             OneBitScale kind)
+    : impl_(std::make_unique<Impl>(count, segment_ends, nranks, kind)) {}
+SignAllreduce::~SignAllreduce() = default;
+SignAllreduce::SignAllreduce(SignAllreduce&&) noexcept = default;
+SignAllreduce& SignAllreduce::operator=(SignAllreduce&&) noexcept = default;
+
+SignAllreduceStats SignAllreduce::encode(const float* x, float* worker_error, int rank) {
+  Impl& m = *impl_;
+  m.rank = rank;
+  SignAllreduceStats st;
+  compress_worker(x, worker_error, m.layout, m.nranks, m.kind, m.send.data(), st);
+  st.bytes_sent = 2 * size_t(m.nranks - 1) * m.layout.block_bytes;
+  return st;
+}
+
+void SignAllreduce::exchange(Communicator& comm, float* server_error, int tag) {
+  Impl& m = *impl_;
+  const int n = m.nranks, r = m.rank;
+  const size_t bytes = m.layout.block_bytes;
+  exchange_blocks(
+      comm, [&](int j) { return m.block(m.send, j); }, m.received.data(), bytes, tag);
+  std::vector<const std::byte*> in(static_cast<size_t>(n));
+  for (int q = 0; q < n; ++q) in[size_t(q)] = m.block(q == r ? m.send : m.received, q);
+  std::byte* own = m.block(m.gathered, r);
+  serve_chunk(in.data(), n, m.layout, r, server_error, m.kind, own, m.acc);
+  exchange_blocks(
+      comm, [&](int) { return static_cast<const std::byte*>(own); }, m.gathered.data(), bytes, tag);
+}
+
+void SignAllreduce::decode(float* x) const {
+  Impl& m = *impl_;
+  for (int j = 0; j < m.nranks; ++j) decode_chunk(m.block(m.gathered, j), m.layout, j, x);
+}
+
 SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
                                   const std::vector<size_t>& segment_ends, float* worker_error,
                                   float* server_error, OneBitScale kind, int tag) {
-  SignAllreduceStats st;
-  const int n = comm.size(), r = comm.rank();
-  if (n == 1 || count == 0) return st;
-  const Layout L(count, segment_ends, n);
-  const size_t all_bytes = size_t(n) * L.block_bytes;
-  std::vector<std::byte>& a = staging(0);
-  std::vector<std::byte>& b = staging(1);
-  a.resize(2 * all_bytes);  // worker messages out, then server messages in
-  b.resize(all_bytes);      // worker messages in (this rank's own stays in a)
-  std::byte* send = a.data();
-  std::byte* gathered = a.data() + all_bytes;
-
-  compress_worker(x, worker_error, L, n, kind, send, st);
-  exchange(
-      comm, [&](int j) { return send + size_t(j) * L.block_bytes; }, b.data(), L.block_bytes, tag);
-  std::vector<const std::byte*> in(static_cast<size_t>(n));
-  for (int q = 0; q < n; ++q)
-    in[size_t(q)] = (q == r ? send : b.data()) + size_t(q) * L.block_bytes;
-
-  thread_local std::vector<float> acc;
-  std::byte* own = gathered + size_t(r) * L.block_bytes;
-  serve_chunk(in.data(), n, L, r, server_error, kind, own, acc);
-  exchange(
-      comm, [&](int) { return static_cast<const std::byte*>(own); }, gathered, L.block_bytes, tag);
-
-  for (int j = 0; j < n; ++j) decode_chunk(gathered + size_t(j) * L.block_bytes, L, j, x);
-  st.bytes_sent = 2 * size_t(n - 1) * L.block_bytes;
+  const int n = comm.size();
+  if (n == 1 || count == 0) return {};
+  SignAllreduce call(count, segment_ends, n, kind);
+  const SignAllreduceStats st = call.encode(x, worker_error, comm.rank());
+  call.exchange(comm, server_error, tag);
+  call.decode(x);
   return st;
 }
 

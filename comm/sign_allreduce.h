@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -71,9 +72,38 @@ struct SignAllreduceStats {
 // start at 0 and are updated in place. Collective: every rank calls it with the same count,
 // kind and tag (0 <= tag < 32768, not shared with other traffic in flight). With one rank
 // the mean is the input itself and nothing is compressed.
+constexpr int kSignAllreduceTag = 0x5342;
 SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
                                   const std::vector<size_t>& segment_ends, float* worker_error,
-                                  float* server_error, OneBitScale kind, int tag = 0x5342);
+                                  float* server_error, OneBitScale kind,
+                                  int tag = kSignAllreduceTag);
+
+// One sign_allreduce cut into its stages, so that a caller can overlap them with other work:
+// encode (the worker stage) and decode (the output) on the caller's thread, exchange (both
+// phases, with the server stage between them) on a comm thread. encode, exchange, decode in
+// that order give sign_allreduce's bits; the messages live in this object between the
+// stages, so one object serves one vector at a time, and calls of the same shape reuse it.
+class SignAllreduce {
+ public:
+  SignAllreduce(size_t count, const std::vector<size_t>& segment_ends, int nranks,
+                OneBitScale kind);
+  ~SignAllreduce();
+  SignAllreduce(SignAllreduce&&) noexcept;
+  SignAllreduce& operator=(SignAllreduce&&) noexcept;
+
+  // Worker stage of rank RANK: z = X + WORKER_ERROR, the messages of sign(z) and the worker
+  // scales, WORKER_ERROR = z - s_w sign(z). Returns the statistics (bytes_sent included).
+  SignAllreduceStats encode(const float* x, float* worker_error, int rank);
+  // The all-to-all, the server stage on this rank's chunk of SERVER_ERROR, the allgather.
+  // Collective, after encode, with the same tag on every rank (0 <= tag < 32768).
+  void exchange(Communicator& comm, float* server_error, int tag);
+  // X[0, count) = the mean, the same bits on every rank (after exchange).
+  void decode(float* x) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // The bytes sign_allreduce sends per rank for COUNT elements cut at SEGMENT_ENDS over N
 // ranks: 2 (N - 1) messages of 4 S + chunk / 8 bytes, rounded up to 16-bit words, where S is

@@ -1,5 +1,6 @@
 #include "optim/onebit_adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ringstep {
@@ -25,16 +26,16 @@ OneBitStage OneBitAdam::stage(int world) const {
                                                             : OneBitStage::warmup;
 }
 
-void OneBitAdam::local_momentum(const float* grads, float grad_scale) {
+void OneBitAdam::local_momentum(const float* grads, float grad_scale, size_t begin, size_t end) {
   const float b1 = float(hp_.beta1);
   float* __restrict m = adam_.m().data();
-  const size_t n = adam_.m().size();
 #pragma omp simd
-  for (size_t i = 0; i < n; ++i) m[i] = b1 * m[i] + (1.0f - b1) * (grads[i] * grad_scale);
+  for (size_t i = begin; i < end; ++i) m[i] = b1 * m[i] + (1.0f - b1) * (grads[i] * grad_scale);
 }
 
-// The update with the averaged momentum, and the zero-variance mask (see the header).
-void OneBitAdam::apply(float* params, double lr) {
+// The update of elements [begin, end) with the averaged momentum, and the zero-variance mask
+// (see the header).
+void OneBitAdam::apply(float* params, double lr, size_t begin, size_t end) {
   const double c1 = 1.0 - std::pow(hp_.beta1, double(adam_.step_count()));
   const double c2 = 1.0 - std::pow(hp_.beta2, double(ob_.freeze_step));
   const float step_size = float(lr / c1);
@@ -46,27 +47,29 @@ void OneBitAdam::apply(float* params, double lr) {
   float* es = server_error_.data();
   for (const TensorInfo& t : reg_.tensors()) {
     const float decay = t.decay ? float(lr * hp_.weight_decay) : 0.0f;
-    for (size_t i = t.offset; i < t.offset + t.numel; ++i) {
-      if (v[i] == 0.0f) {
-        m[i] = ew[i] = es[i] = 0.0f;
-        params[i] -= decay * params[i];
-        continue;
-      }
-      const float denom = std::sqrt(v[i]) * inv_sqrt_c2 + eps;
-      params[i] -= step_size * m[i] / denom + decay * params[i];
+    const size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+    size_t dead = 0;  // coordinates whose frozen variance is 0: decay only (-0 adds nothing)
+#pragma omp simd reduction(+ : dead)
+    for (size_t i = lo; i < hi; ++i) {
+      const bool live = v[i] != 0.0f;
+      const float momentum_step = step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+      params[i] -= (live ? momentum_step : -0.0f) + decay * params[i];
+      dead += !live;
     }
+    if (dead == 0) continue;
+    for (size_t i = lo; i < hi; ++i)
+      if (v[i] == 0.0f) m[i] = ew[i] = es[i] = 0.0f;
   }
 }
 
 SignExchange OneBitAdam::compressed_step(float* params, const float* grads, double lr,
                                          double grad_scale, Reducer& reducer) {
   adam_.set_step_count(adam_.step_count() + 1);
-  local_momentum(grads, float(grad_scale));
-  const SignExchange x =
-      reducer.sign_average(adam_.m().data(), worker_error_.data(), server_error_.data(),
-                           adam_.m().size(), SignCode{ob_.scale, size_t(ob_.scale_block)});
-  apply(params, lr);
-  return x;
+  return reducer.sign_average(
+      adam_.m().data(), worker_error_.data(), server_error_.data(), adam_.m().size(),
+      SignCode{ob_.scale, size_t(ob_.scale_block)},
+      [&](size_t b, size_t e) { local_momentum(grads, float(grad_scale), b, e); },
+      [&](size_t b, size_t e) { apply(params, lr, b, e); });
 }
 
 std::string onebit_warning(const Config& cfg, int world) {

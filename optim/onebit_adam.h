@@ -48,6 +48,8 @@ class OneBitAdam {
   OneBitStage stage(int world) const;
   // One compression-stage step on this rank's own (not averaged) gradients, multiplied by
   // GRAD_SCALE first; collective through REDUCER. Every rank ends with the same m and params.
+  // Each part the reducer hands over gets its momentum just before it is sent and its update
+  // as soon as its mean is back, so the arithmetic of one part overlaps another's exchange.
   SignExchange compressed_step(float* params, const float* grads, double lr, double grad_scale,
                                Reducer& reducer);
 
@@ -60,8 +62,9 @@ class OneBitAdam {
   const OneBitParams& params() const { return ob_; }
 
  private:
-  void local_momentum(const float* grads, float grad_scale);
-  void apply(float* params, double lr);
+  // Both work on elements [begin, end), the part of the vector the reducer hands over.
+  void local_momentum(const float* grads, float grad_scale, size_t begin, size_t end);
+  void apply(float* params, double lr, size_t begin, size_t end);
 
   AdamW& adam_;
   const Registry& reg_;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include "core/config.h"  // OneBitScale
 
@@ -44,8 +45,14 @@ class Reducer {
   // worker and server error buffers), the same bits on every rank. n is the length of the
   // buffers the reducer was set up for (the parameters); WORKER_ERROR and SERVER_ERROR hold
   // n elements each, this rank's, laid out like buf, updated in place.
+  // The reducer works in parts that cover [0, n) once each, and calls PREPARE(begin, end)
+  // just before it reads buf[begin, end) and FINISH(begin, end) once that part holds its
+  // mean, on the calling thread, so that the caller can compute each part's input and use
+  // its output while other parts are in flight. Either may be empty.
+  using Part = std::function<void(size_t begin, size_t end)>;
   virtual SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                                    const SignCode& code) = 0;
+                                    const SignCode& code, const Part& prepare,
+                                    const Part& finish) = 0;
 };
 
 }  // namespace ringstep

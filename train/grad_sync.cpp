@@ -86,7 +86,7 @@ void GradSync::setup(Gpt& model) {
     for (int u = buckets_[b].first_unit; u <= buckets_[b].last_unit; ++u)
       bucket_of_unit_[u] = int(b);
   pending_.clear();
-  sign_segments_.clear();
+  sign_calls_.clear();
   for (size_t b = 0; b < buckets_.size(); ++b) pending_.push_back(std::make_unique<Pending>());
 }
 
@@ -141,38 +141,53 @@ GradSync::Result GradSync::collect_spans(double exposed_ms) {
 }
 
 SignExchange GradSync::sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                                    const SignCode& code) {
+                                    const SignCode& code, const Part& prepare, const Part& finish) {
+  auto call = [](const Part& f, size_t b, size_t e) {
+    if (f) f(b, e);
+  };
   SignExchange total;
-  if (world_ == 1) return total;
+  if (world_ == 1) {  // the mean is the input itself
+    call(prepare, 0, n);
+    call(finish, 0, n);
+    return total;
+  }
   if (buckets_.empty() || n != buckets_.front().end)
     throw std::logic_error("sign_average: " + std::to_string(n) +
                            " elements, not the parameters GradSync was set up for");
-  if (sign_segments_.size() != buckets_.size() || sign_segments_block_ != code.block) {
-    sign_segments_.clear();
-    for (const Bucket& k : buckets_)
-      sign_segments_.push_back(split_segments(k.tensor_ends, k.end - k.begin, code.block));
-    sign_segments_block_ = code.block;
+  if (sign_calls_.size() != buckets_.size() || sign_code_.block != code.block ||
+      sign_code_.scale != code.scale) {
+    sign_calls_.clear();
+    for (const Bucket& k : buckets_) {
+      const size_t len = k.end - k.begin;
+      sign_calls_.emplace_back(len, split_segments(k.tensor_ends, len, code.block), world_,
+                               code.scale);
+    }
+    sign_code_ = code;
   }
-  const auto t0 = SteadyClock::now();
-  std::vector<SignAllreduceStats> stats(buckets_.size());
+  // Bucket b is prepared and encoded here while the engine exchanges bucket b - 1, and
+  // decoded and finished here while it exchanges the later ones.
   std::vector<CommHandle> handles;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& k = buckets_[b];
-    const size_t len = k.end - k.begin;
-    const std::vector<size_t>* ends = &sign_segments_[b];
-    const OneBitScale scale = code.scale;
-    handles.push_back(
-        engine_->enqueue({"sign_allreduce", b, len, DType::f32}, [=, &stats](Communicator& c) {
-          stats[b] = sign_allreduce(c, buf + k.begin, len, *ends, worker_error + k.begin,
-                                    server_error + k.begin, scale);
-        }));
-  }
-  for (const CommHandle& h : handles) h.wait();
-  exchange_wait_ms_ += ms_since(t0);
-  for (const SignAllreduceStats& s : stats) {
+    call(prepare, k.begin, k.end);
+    const SignAllreduceStats s =
+        sign_calls_[b].encode(buf + k.begin, worker_error + k.begin, rank_);
     total.bytes_sent += s.bytes_sent;
     total.worker_sq_err += s.worker_sq_err;
     total.worker_sq_norm += s.worker_sq_norm;
+    SignAllreduce* exchange = &sign_calls_[b];
+    float* server = server_error + k.begin;
+    handles.push_back(engine_->enqueue(
+        {"sign_allreduce", b, k.end - k.begin, DType::f32},
+        [exchange, server](Communicator& c) { exchange->exchange(c, server, kSignAllreduceTag); }));
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& k = buckets_[b];
+    const auto t0 = SteadyClock::now();
+    handles[b].wait();
+    exchange_wait_ms_ += ms_since(t0);
+    sign_calls_[b].decode(buf + k.begin);
+    call(finish, k.begin, k.end);
   }
   exchange_sent_bytes_ += total.bytes_sent;
   return total;

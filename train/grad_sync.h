@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/engine.h"
+#include "comm/sign_allreduce.h"
 #include "core/config.h"
 #include "core/profiler.h"
 #include "core/registry.h"
@@ -99,11 +100,13 @@ class GradSync final : public Reducer {
   // The lowest rank whose FLAG is true (an AllReduce MIN), or -1: who saw a fault first.
   int first_rank(bool flag);
   void average(float* buf, size_t n) override;
-  // One sign_allreduce per bucket, queued on the engine back to back and waited for; its
-  // segments are the registry's tensors cut into CODE.block blocks (split_segments). Its
-  // spans and wait are the step's communication: collect them with take_exchange().
+  // One sign_allreduce per bucket (a part, in the Reducer's sense), pipelined: the calling
+  // thread prepares and encodes each bucket and queues its exchange on the engine, then
+  // waits for each in turn, decodes it and finishes it. Its segments are the registry's
+  // tensors cut into CODE.block blocks (split_segments). The exchanges' spans and the waits
+  // are the step's communication: collect them with take_exchange().
   SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                            const SignCode& code) override;
+                            const SignCode& code, const Part& prepare, const Part& finish) override;
   // The communication of the sign_average calls since the last take_exchange(): comm_ms
   // from their spans, exposed_ms the time the training thread waited for them.
   Result take_exchange();
@@ -134,9 +137,9 @@ class GradSync final : public Reducer {
   std::vector<int> bucket_of_unit_;
   struct Pending;
   std::vector<std::unique_ptr<Pending>> pending_;
-  std::vector<int> straggler_streak_;  // consecutive steps each rank was over the ratio
-  std::vector<std::vector<size_t>> sign_segments_;  // per bucket, for sign_segments_block_
-  size_t sign_segments_block_ = 0;
+  std::vector<int> straggler_streak_;      // consecutive steps each rank was over the ratio
+  std::vector<SignAllreduce> sign_calls_;  // per bucket, for sign_code_
+  SignCode sign_code_;
   double exchange_wait_ms_ = 0;  // sign_average waits since the last take_exchange
   size_t exchange_sent_bytes_ = 0;
 };

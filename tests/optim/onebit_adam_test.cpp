@@ -7,25 +7,34 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace ringstep {
 namespace {
 
 // Two "ranks" that agree: sign_average replaces buf by +-0.5 (the sign code of a fixed
-// scale), as a compressed exchange whose output differs from its input would.
+// scale), as a compressed exchange whose output differs from its input would. It works in
+// two parts, the first ending inside a tensor, prepared and finished in a pipeline's
+// order (prepare 1, prepare 2, finish 1, finish 2).
 struct SignReducer final : Reducer {
   int world() const override { return 2; }
   void average(float*, size_t) override {}
   bool any_rank(bool flag) override { return flag; }
-  SignExchange sign_average(float* buf, float* we, float* se, size_t n,
-                            const SignCode& code) override {
+  SignExchange sign_average(float* buf, float* we, float* se, size_t n, const SignCode& code,
+                            const Part& prepare, const Part& finish) override {
     last_code = code;
-    for (size_t i = 0; i < n; ++i) {
-      const float q = buf[i] < 0 ? -0.5f : 0.5f;
-      we[i] += 1.0f;  // visible error, to check the mask clears it
-      se[i] += 1.0f;
-      buf[i] = q;
+    const size_t cut = n / 2;
+    const std::pair<size_t, size_t> parts[2] = {{0, cut}, {cut, n}};
+    for (auto [b, e] : parts) prepare(b, e);
+    for (auto [b, e] : parts) {
+      for (size_t i = b; i < e; ++i) {
+        const float q = buf[i] < 0 ? -0.5f : 0.5f;
+        we[i] += 1.0f;  // visible error, to check the mask clears it
+        se[i] += 1.0f;
+        buf[i] = q;
+      }
+      finish(b, e);
     }
     ++calls;
     return {n / 8, 1.0, 4.0};

@@ -7,8 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
+#include "comm/sign_allreduce.h"
+#include "comm/sign_allreduce_reference.h"  // sign_input
+#include "models/gpt.h"
 #include "mpi/mpitest_main.h"
 #include "mpi/mpitest_util.h"
 #include "optim/adamw.h"
@@ -166,6 +170,53 @@ TEST(GradSyncMpi, AverageIsTheExactMean) {
       EXPECT_TRUE(testing::identical_on_all_ranks(comm, buf.data(), count * sizeof(float)));
     }
   }
+}
+
+// sign_average's pipeline is sign_allreduce per bucket: over three calls (the error buffers
+// carry over), the output and both error buffers match one sign_allreduce per bucket bit for
+// bit. PREPARE supplies each part's input (so a part read before it is prepared would read
+// NaN), and FINISH sees the part's final mean already in place; the parts are the buckets.
+TEST(GradSyncMpi, SignAverageIsSignAllreducePerBucket) {
+  auto& comm = world();
+  Gpt model(ModelConfig{37, 8, 16, 2, 2});
+  CommConfig cfg;
+  cfg.bucket_mb = 0.005;  // several buckets
+  GradSync sync(&comm, cfg);
+  sync.setup(model);
+  const size_t n = model.registry().total_numel();
+  ASSERT_GT(sync.buckets().size(), 2u);
+  std::vector<float> buf(n), ew(n, 0.0f), es(n, 0.0f), ref(n), ref_ew(n, 0.0f), ref_es(n, 0.0f);
+  for (int call = 0; call < 3; ++call) {
+    std::fill(buf.begin(), buf.end(), std::numeric_limits<float>::quiet_NaN());
+    std::vector<std::pair<size_t, size_t>> prepared, finished;
+    std::vector<float> seen(n, std::numeric_limits<float>::quiet_NaN());
+    auto prepare = [&](size_t b, size_t e) {
+      prepared.emplace_back(b, e);
+      for (size_t i = b; i < e; ++i) buf[i] = testing::sign_input(comm.rank(), i, call);
+    };
+    auto finish = [&](size_t b, size_t e) {
+      finished.emplace_back(b, e);
+      std::copy(buf.begin() + b, buf.begin() + e, seen.begin() + b);
+    };
+    static_cast<Reducer&>(sync).sign_average(buf.data(), ew.data(), es.data(), n, SignCode{},
+                                             prepare, finish);
+    for (size_t i = 0; i < n; ++i) ref[i] = testing::sign_input(comm.rank(), i, call);
+    for (const Bucket& k : sync.buckets()) {
+      const size_t len = k.end - k.begin;
+      sign_allreduce(comm, ref.data() + k.begin, len, k.tensor_ends, ref_ew.data() + k.begin,
+                     ref_es.data() + k.begin, OneBitScale::mean_abs);
+    }
+    ASSERT_EQ(prepared.size(), sync.buckets().size());
+    EXPECT_EQ(prepared, finished);
+    size_t covered = 0;
+    for (auto [b, e] : prepared) covered += e - b;
+    EXPECT_EQ(covered, n);
+    EXPECT_EQ(std::memcmp(buf.data(), ref.data(), n * sizeof(float)), 0) << "call " << call;
+    EXPECT_EQ(std::memcmp(seen.data(), ref.data(), n * sizeof(float)), 0) << "call " << call;
+    EXPECT_EQ(std::memcmp(ew.data(), ref_ew.data(), n * sizeof(float)), 0) << "call " << call;
+    EXPECT_EQ(std::memcmp(es.data(), ref_es.data(), n * sizeof(float)), 0) << "call " << call;
+  }
+  (void)sync.take_exchange();
 }
 
 }  // namespace
