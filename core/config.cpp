@@ -190,6 +190,27 @@ void check_cross_fields(const Config& c, const Reader& reader) {
                 "'precision.loss_scale.min_scale' (" + num(ls.min_scale) +
                     ") must be <= 'precision.loss_scale.initial' (" + num(ls.initial) + ")");
   }
+  // 1-bit Adam's exchange under backward sends each bucket before the step's gradients are
+  // all known: nothing may need them first (docs/optim.md).
+  const OneBitConfig& ob = c.optimizer.onebit;
+  if (c.optimizer.name == OptimizerKind::onebit_adam && ob.overlap) {
+    const char* why =
+        ": the exchange under backward sends momenta before the step's gradients "
+        "are all known";
+    if (!c.comm.overlap)
+      reader.fail({"optimizer.onebit.overlap", "comm.overlap"},
+                  std::string("'optimizer.onebit.overlap' needs 'comm.overlap: true' (backward's "
+                              "layer hook starts the buckets)"));
+    if (resolved_loss_scale_mode(c.precision) != LossScaleMode::none)
+      reader.fail({"optimizer.onebit.overlap", "precision.loss_scale.mode", "precision.dtype"},
+                  std::string("'optimizer.onebit.overlap' needs no loss scaling (bf16 or fp32, "
+                              "or precision.loss_scale.mode: none)") +
+                      why + ", and a loss-scaled step must agree on overflow before it sends");
+    if (c.train.on_nan == OnNan::skip)
+      reader.fail({"optimizer.onebit.overlap", "train.on_nan"},
+                  std::string("'optimizer.onebit.overlap' needs 'train.on_nan: stop'") + why +
+                      ", so a step with inf/NaN cannot be skipped with the momentum untouched");
+  }
   // What the GPU trainer does not run yet (docs/gpu.md).
   if (c.run.device == Device::cuda && c.optimizer.name == OptimizerKind::onebit_adam) {
     reader.fail({"optimizer.name", "run.device"},
@@ -216,6 +237,11 @@ void emit_section(YAML::Emitter& out, const Config& cfg, std::string_view sectio
 }
 
 }  // namespace
+
+LossScaleMode resolved_loss_scale_mode(const PrecisionConfig& cfg) {
+  if (cfg.loss_scale.mode != LossScaleMode::auto_) return cfg.loss_scale.mode;
+  return cfg.dtype == DType::f16 ? LossScaleMode::dynamic : LossScaleMode::none;
+}
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   return parse_config(read_regular_file(path, kMaxConfigBytes, "config"), path, overrides);

@@ -79,8 +79,8 @@ struct RunConfig {
   std::string out_dir = "runs/tiny";
   uint64_t seed = 1234;
   Device device = Device::cpu;
-  int threads = 0;         // 0 = auto (cores / ranks on this node); YAML "auto" or int >= 1
-  bool overwrite = false;  // start afresh in an out_dir that holds an earlier run
+  int threads = 0;             // 0 = auto (cores / ranks on this node); YAML "auto" or int >= 1
+  bool overwrite = false;      // start afresh in an out_dir that holds an earlier run
   double memory_limit_mb = 0;  // 0 = physical RAM / ranks on the node (report's memory rule)
 
   bool operator==(const RunConfig&) const = default;
@@ -146,7 +146,7 @@ struct LossScaleConfig {
 
 struct PrecisionConfig {
   DType dtype = DType::f32;  // activations and matrix-product inputs
-  bool tf32 = false;          // cuda: fp32 matrix products may use TF32 tensor cores
+  bool tf32 = false;         // cuda: fp32 matrix products may use TF32 tensor cores
   LossScaleConfig loss_scale;
 
   bool operator==(const PrecisionConfig&) const = default;
@@ -162,7 +162,8 @@ struct RecomputeConfig {
 struct OneBitConfig {
   int freeze_step = 60;
   OneBitScale scale = OneBitScale::mean_abs;
-  int scale_block = 0;  // elements per scale inside a tensor; 0 = one scale per tensor
+  int scale_block = 0;   // elements per scale inside a tensor; 0 = one scale per tensor
+  bool overlap = false;  // exchange under backward, clipped by the previous step's norm
 
   bool operator==(const OneBitConfig&) const = default;
 };
@@ -247,6 +248,9 @@ Config parse_config(const std::string& yaml_text, const std::string& name,
 // its effective YAML; messages locate keys in that text ("effective config:LINE:COL").
 // Throws InputError.
 void check_config(const Config& cfg);
+// precision.loss_scale.mode with auto resolved: dynamic for fp16, none for bf16 and fp32
+// (both have fp32's 8-bit exponent, so their gradients do not underflow earlier than fp32).
+LossScaleMode resolved_loss_scale_mode(const PrecisionConfig& cfg);
 // Checks what depends on the world size (the batch invariant). Throws InputError.
 void validate_for_world(const Config& cfg, int world_size);
 // The effective config (every key, defaults filled in) as YAML text that load_config

@@ -19,11 +19,6 @@ std::string num(double v) {
 
 }  // namespace
 
-LossScaleMode resolved_loss_scale_mode(const PrecisionConfig& cfg) {
-  if (cfg.loss_scale.mode != LossScaleMode::auto_) return cfg.loss_scale.mode;
-  return cfg.dtype == DType::f16 ? LossScaleMode::dynamic : LossScaleMode::none;
-}
-
 LossScaler::LossScaler(const PrecisionConfig& cfg)
     : cfg_(cfg.loss_scale), dtype_(cfg.dtype), mode_(resolved_loss_scale_mode(cfg)) {
   state_.scale = mode_ == LossScaleMode::none ? 1.0 : cfg_.initial;

@@ -41,10 +41,6 @@ struct LossScalerState {
   bool operator==(const LossScalerState&) const = default;
 };
 
-// dynamic, static_ or none, never auto_: auto is dynamic for fp16 and none for bf16 and fp32
-// (both have fp32's 8-bit exponent, so their gradients do not underflow earlier than fp32).
-LossScaleMode resolved_loss_scale_mode(const PrecisionConfig& cfg);
-
 class LossScaler {
  public:
   // CFG must have passed the config checks (core/config.h); auto is resolved here.

@@ -64,12 +64,25 @@ void OneBitAdam::apply(float* params, double lr, size_t begin, size_t end) {
 
 SignExchange OneBitAdam::compressed_step(float* params, const float* grads, double lr,
                                          double grad_scale, Reducer& reducer) {
+  begin_compressed_step(grads, grad_scale, reducer);
+  return finish_compressed_step(params, lr, reducer);
+}
+
+void OneBitAdam::begin_compressed_step(const float* grads, double grad_scale, Reducer& reducer) {
+  reducer.begin_sign_average(adam_.m().data(), worker_error_.data(), server_error_.data(),
+                             adam_.m().size(), SignCode{ob_.scale, size_t(ob_.scale_block)},
+                             [this, grads, scale = float(grad_scale)](size_t b, size_t e) {
+                               local_momentum(grads, scale, b, e);
+                             });
+}
+
+SignExchange OneBitAdam::finish_compressed_step(float* params, double lr, Reducer& reducer) {
   adam_.set_step_count(adam_.step_count() + 1);
-  return reducer.sign_average(
-      adam_.m().data(), worker_error_.data(), server_error_.data(), adam_.m().size(),
-      SignCode{ob_.scale, size_t(ob_.scale_block)},
-      [&](size_t b, size_t e) { local_momentum(grads, float(grad_scale), b, e); },
-      [&](size_t b, size_t e) { apply(params, lr, b, e); });
+  return reducer.finish_sign_average([&](size_t b, size_t e) { apply(params, lr, b, e); });
+}
+
+SignExchange OneBitAdam::abandon_compressed_step(Reducer& reducer) {
+  return reducer.finish_sign_average({});
 }
 
 std::string onebit_warning(const Config& cfg, int world) {

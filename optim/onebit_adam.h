@@ -52,6 +52,14 @@ class OneBitAdam {
   // as soon as its mean is back, so the arithmetic of one part overlaps another's exchange.
   SignExchange compressed_step(float* params, const float* grads, double lr, double grad_scale,
                                Reducer& reducer);
+  // compressed_step in two halves around backward, so that the exchange runs under it
+  // (optimizer.onebit.overlap): begin before backward, after which the reducer reads each
+  // part of GRADS once it reports the part ready; finish after it. abandon instead of
+  // finish completes the collective without an update, for a step found bad after its
+  // momenta were sent: m and both error buffers then hold that step's values.
+  void begin_compressed_step(const float* grads, double grad_scale, Reducer& reducer);
+  SignExchange finish_compressed_step(float* params, double lr, Reducer& reducer);
+  SignExchange abandon_compressed_step(Reducer& reducer);
 
   FlatBuffer& worker_error() { return worker_error_; }
   FlatBuffer& server_error() { return server_error_; }

@@ -50,9 +50,19 @@ class Reducer {
   // mean, on the calling thread, so that the caller can compute each part's input and use
   // its output while other parts are in flight. Either may be empty.
   using Part = std::function<void(size_t begin, size_t end)>;
-  virtual SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                                    const SignCode& code, const Part& prepare,
-                                    const Part& finish) = 0;
+  SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
+                            const SignCode& code, const Part& prepare, const Part& finish) {
+    begin_sign_average(buf, worker_error, server_error, n, code, prepare);
+    return finish_sign_average(finish);
+  }
+  // sign_average in two halves, for input that becomes ready part by part (1-bit Adam's
+  // momentum during backward): after begin_sign_average the reducer may prepare and send
+  // parts as the caller reports them ready (GradSync: through backward's layer hook);
+  // finish_sign_average prepares and sends the rest, then finishes every part. Other
+  // collectives may run in between (they queue behind the parts sent). Both are collectives.
+  virtual void begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
+                                  const SignCode& code, Part prepare) = 0;
+  virtual SignExchange finish_sign_average(const Part& finish) = 0;
 };
 
 }  // namespace ringstep

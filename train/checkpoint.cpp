@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -97,7 +98,9 @@ json state_json(const TrainState& state, const std::vector<uint64_t>& positions)
             {"hysteresis_tracker", s.hysteresis_tracker},
             {"consecutive_skips", s.consecutive_skips},
             {"skipped_total", s.skipped_total}}},
-          {"data_positions", positions}};
+          {"data_positions", positions},
+          {"last_grad_norm",
+           std::isnan(state.last_grad_norm) ? json(nullptr) : json(state.last_grad_norm)}};
 }
 
 // A file's checksum and its manifest entry (format version 2; version 1 used fnv1a64).
@@ -380,6 +383,9 @@ void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int wo
                           ls.at("hysteresis_tracker").get<int>(),
                           ls.at("consecutive_skips").get<int>(),
                           ls.at("skipped_total").get<int64_t>()});
+    // Absent in checkpoints written before the field; null when no step had been applied.
+    const json norm = s.value("last_grad_norm", json(nullptr));
+    state.last_grad_norm = norm.is_null() ? NAN : norm.get<double>();
     const std::vector<uint64_t> positions = s.at("data_positions").get<std::vector<uint64_t>>();
     const bool same_world = int(positions.size()) == world;
     if (!same_world && rank == 0)

@@ -101,8 +101,12 @@ std::function<void(int)> GradSync::layer_hook() {
   if (world_ <= 1 || !cfg_.overlap || device_grads_) return nullptr;
   return [this](int layer) {
     const int unit = layer >= 0 ? n_layers_ - 1 - layer : n_layers_;
-    const int b = bucket_of_unit_[unit];
-    if (buckets_[b].last_unit == unit) enqueue_bucket(b);
+    const size_t b = size_t(bucket_of_unit_[unit]);
+    if (buckets_[b].last_unit != unit) return;
+    if (sign_.active)
+      start_sign_bucket(b);
+    else
+      enqueue_bucket(b);
   };
 }
 
@@ -129,7 +133,10 @@ GradSync::Result GradSync::collect_spans(double exposed_ms) {
   // In flight = the union of the collectives' spans (they run one at a time, in order).
   int64_t covered_end = 0;
   double in_flight_ns = 0;
-  for (CommSpan& s : engine_->drain_spans()) {
+  std::vector<CommSpan> spans = std::move(kept_spans_);
+  kept_spans_.clear();
+  for (CommSpan& s : engine_->drain_spans()) spans.push_back(std::move(s));
+  for (CommSpan& s : spans) {
     const int64_t start = std::max(s.start_ns, covered_end);
     if (s.end_ns > start) in_flight_ns += double(s.end_ns - start);
     covered_end = std::max(covered_end, s.end_ns);
@@ -140,17 +147,10 @@ GradSync::Result GradSync::collect_spans(double exposed_ms) {
   return r;
 }
 
-SignExchange GradSync::sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                                    const SignCode& code, const Part& prepare, const Part& finish) {
-  auto call = [](const Part& f, size_t b, size_t e) {
-    if (f) f(b, e);
-  };
-  SignExchange total;
-  if (world_ == 1) {  // the mean is the input itself
-    call(prepare, 0, n);
-    call(finish, 0, n);
-    return total;
-  }
+void GradSync::begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
+                                  const SignCode& code, Part prepare) {
+  sign_ = {buf, worker_error, server_error, n, std::move(prepare), {}, true};
+  if (world_ == 1) return;
   if (buckets_.empty() || n != buckets_.front().end)
     throw std::logic_error("sign_average: " + std::to_string(n) +
                            " elements, not the parameters GradSync was set up for");
@@ -164,33 +164,56 @@ SignExchange GradSync::sign_average(float* buf, float* worker_error, float* serv
     }
     sign_code_ = code;
   }
-  // Bucket b is prepared and encoded here while the engine exchanges bucket b - 1, and
-  // decoded and finished here while it exchanges the later ones.
-  std::vector<CommHandle> handles;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const Bucket& k = buckets_[b];
-    call(prepare, k.begin, k.end);
-    const SignAllreduceStats s =
-        sign_calls_[b].encode(buf + k.begin, worker_error + k.begin, rank_);
-    total.bytes_sent += s.bytes_sent;
-    total.worker_sq_err += s.worker_sq_err;
-    total.worker_sq_norm += s.worker_sq_norm;
-    SignAllreduce* exchange = &sign_calls_[b];
-    float* server = server_error + k.begin;
-    handles.push_back(engine_->enqueue(
-        {"sign_allreduce", b, k.end - k.begin, DType::f32},
-        [exchange, server](Communicator& c) { exchange->exchange(c, server, kSignAllreduceTag); }));
+}
+
+// Bucket b of the sign_average in progress: prepared and encoded on this thread, its exchange
+// queued on the engine (which meanwhile exchanges the buckets queued before it).
+void GradSync::start_sign_bucket(size_t b) {
+  const Bucket& k = buckets_[b];
+  if (sign_.prepare) sign_.prepare(k.begin, k.end);
+  const SignAllreduceStats s =
+      sign_calls_[b].encode(sign_.buf + k.begin, sign_.worker_error + k.begin, rank_);
+  sign_.total.bytes_sent += s.bytes_sent;
+  sign_.total.worker_sq_err += s.worker_sq_err;
+  sign_.total.worker_sq_norm += s.worker_sq_norm;
+  SignAllreduce* exchange = &sign_calls_[b];
+  float* server = sign_.server_error + k.begin;
+  pending_[b]->handle = engine_->enqueue(
+      {"sign_allreduce", b, k.end - k.begin, DType::f32},
+      [exchange, server](Communicator& c) { exchange->exchange(c, server, kSignAllreduceTag); });
+  pending_[b]->enqueued = true;
+}
+
+void GradSync::wait_sign_sent() {
+  if (!sign_.active || world_ == 1) return;
+  const auto t0 = SteadyClock::now();
+  for (auto& p : pending_)
+    if (p->enqueued) p->handle.wait();
+  exchange_wait_ms_ += ms_since(t0);
+}
+
+SignExchange GradSync::finish_sign_average(const Part& finish) {
+  if (!sign_.active) throw std::logic_error("finish_sign_average without begin_sign_average");
+  sign_.active = false;
+  if (world_ == 1) {  // the mean is the input itself
+    if (sign_.prepare) sign_.prepare(0, sign_.n);
+    if (finish) finish(0, sign_.n);
+    return {};
   }
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (!pending_[b]->enqueued) start_sign_bucket(b);
+  // Each bucket is decoded and finished here while the engine exchanges the later ones.
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& k = buckets_[b];
     const auto t0 = SteadyClock::now();
-    handles[b].wait();
+    pending_[b]->handle.wait();
+    pending_[b]->enqueued = false;
     exchange_wait_ms_ += ms_since(t0);
-    sign_calls_[b].decode(buf + k.begin);
-    call(finish, k.begin, k.end);
+    sign_calls_[b].decode(sign_.buf + k.begin);
+    if (finish) finish(k.begin, k.end);
   }
-  exchange_sent_bytes_ += total.bytes_sent;
-  return total;
+  exchange_sent_bytes_ += sign_.total.bytes_sent;
+  return sign_.total;
 }
 
 GradSync::Result GradSync::take_exchange() {
@@ -204,7 +227,10 @@ GradSync::Result GradSync::take_exchange() {
 
 void GradSync::wait_bookkeeping(const CommHandle& handle) {
   handle.wait();
-  engine_->drain_spans();  // bookkeeping traffic, not gradient communication
+  // Bookkeeping traffic is not gradient communication; buckets that completed meanwhile
+  // (1-bit Adam's, sent under backward) are kept for the step's accounting.
+  for (CommSpan& s : engine_->drain_spans())
+    if (s.tag < kStepViewTag) kept_spans_.push_back(std::move(s));
 }
 
 bool GradSync::any_rank(bool flag) { return first_rank(flag) >= 0; }

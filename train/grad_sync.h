@@ -100,13 +100,19 @@ class GradSync final : public Reducer {
   // The lowest rank whose FLAG is true (an AllReduce MIN), or -1: who saw a fault first.
   int first_rank(bool flag);
   void average(float* buf, size_t n) override;
-  // One sign_allreduce per bucket (a part, in the Reducer's sense), pipelined: the calling
+  // Reducer: one sign_allreduce per bucket (a part, in the Reducer's sense), pipelined: this
   // thread prepares and encodes each bucket and queues its exchange on the engine, then
-  // waits for each in turn, decodes it and finishes it. Its segments are the registry's
-  // tensors cut into CODE.block blocks (split_segments). The exchanges' spans and the waits
-  // are the step's communication: collect them with take_exchange().
-  SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                            const SignCode& code, const Part& prepare, const Part& finish) override;
+  // waits for each in turn, decodes it and finishes it. Between begin and finish, the layer
+  // hook starts each bucket as backward finishes it (1-bit Adam's exchange under backward).
+  // The segments are the registry's tensors cut into CODE.block blocks (split_segments).
+  // The exchanges' spans and the waits are the step's communication: collect them with
+  // take_exchange().
+  void begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
+                          const SignCode& code, Part prepare) override;
+  SignExchange finish_sign_average(const Part& finish) override;
+  // Between begin and finish: waits for the buckets started so far, timed as the exchange's
+  // wait, so that the bookkeeping collectives queued next do not wait behind them.
+  void wait_sign_sent();
   // The communication of the sign_average calls since the last take_exchange(): comm_ms
   // from their spans, exposed_ms the time the training thread waited for them.
   Result take_exchange();
@@ -120,6 +126,7 @@ class GradSync final : public Reducer {
 
  private:
   void enqueue_bucket(size_t b);
+  void start_sign_bucket(size_t b);
   // Fills VIEW's busy-time fields and straggler from every rank's busy time (kStraggler*).
   void find_straggler(const std::vector<double>& busy, StepView& view);
   void wait_bookkeeping(const CommHandle& handle);  // waits, and drops its span
@@ -137,9 +144,19 @@ class GradSync final : public Reducer {
   std::vector<int> bucket_of_unit_;
   struct Pending;
   std::vector<std::unique_ptr<Pending>> pending_;
+  std::vector<CommSpan> kept_spans_;       // bucket spans drained by a bookkeeping wait
   std::vector<int> straggler_streak_;      // consecutive steps each rank was over the ratio
   std::vector<SignAllreduce> sign_calls_;  // per bucket, for sign_code_
   SignCode sign_code_;
+  struct SignRun {  // the sign_average between begin and finish
+    float* buf = nullptr;
+    float* worker_error = nullptr;
+    float* server_error = nullptr;
+    size_t n = 0;
+    Part prepare;
+    SignExchange total;
+    bool active = false;
+  } sign_;
   double exchange_wait_ms_ = 0;  // sign_average waits since the last take_exchange
   size_t exchange_sent_bytes_ = 0;
 };

@@ -220,25 +220,33 @@ Trainer::StepResult Trainer::step() {
   ops_ = op_timed ? &s.ops : nullptr;
   if (state_.onebit) s.stage = state_.onebit->stage(facts_.world);
   const bool compressed = s.stage == OneBitStage::compressed;
+  const bool under_backward = compressed && cfg_.optimizer.onebit.overlap;
   s.loss_scale = state_.scaler.scale();
   timer_.begin_step();
   model_.grads().zero();
+  if (under_backward)  // each bucket's momentum is formed and sent as backward finishes it
+    state_.onebit->begin_compressed_step(model_.grads().data(), previous_clip_coefficient(), sync_);
   double loss_sum = 0;
   for (int micro = 0; micro < cfg_.train.grad_accum_steps; ++micro)
-    loss_sum += micro_batch(micro, traced, !compressed);
+    loss_sum += micro_batch(micro, traced, !compressed || under_backward);
   s.loss = loss_sum / cfg_.train.grad_accum_steps;
   const int64_t wait_start = timer_.mark();
   if (!compressed) {
     s.comm = sync_.finish();  // waits; gradients averaged over ranks
     if (traced) trace_comm(s.comm, wait_start);
   }
+  if (under_backward)
+    timed(&PhaseTimes::optimizer, "wait comm", traced, [&] { sync_.wait_sign_sent(); });
 
-  // Agreed before anything of this step is sent in the compressed stage.
+  // Agreed before anything of this step is sent in the compressed stage (unless it was
+  // sent under backward: then a bad step stops the run, see the config rules).
   const int bad_rank = unscale_and_agree(traced, s.loss);
   if (bad_rank >= 0) fault_ = numerical_fault(number, bad_rank);
   s.applied = state_.scaler.update(bad_rank >= 0);
   s.lr = schedule_.at(int(state_.optimizer.step_count()));
   s.grad_norm = s.applied ? timed_update(s.lr, traced, compressed, s.exchange) : NAN;
+  if (s.applied) state_.last_grad_norm = s.grad_norm;
+  if (under_backward && !s.applied) s.exchange = state_.onebit->abandon_compressed_step(sync_);
   if (compressed) {
     s.comm = sync_.take_exchange();
     timer_.add_ms(&PhaseTimes::optimizer, -s.comm.exposed_ms);  // the wait is comm_exposed
@@ -331,17 +339,29 @@ double Trainer::apply_update(double lr, bool traced) {
   });
 }
 
+// The clip coefficient of the last applied step's norm; 1 before any (a run resumed from a
+// checkpoint that predates the field, too).
+double Trainer::previous_clip_coefficient() const {
+  const double norm = state_.last_grad_norm;
+  return std::isnan(norm) ? 1.0 : clip_coefficient(norm, cfg_.train.grad_clip);
+}
+
 // 1-bit Adam's compressed stage (docs/optim.md): the norm clipped is the root mean square
 // over ranks of the local gradients' norms (one agreed coefficient; the averaged gradient
 // never exists), then OneBitAdam's step, whose exchange wait step() moves to comm_exposed.
+// Under backward (optimizer.onebit.overlap) the momenta were formed with the previous
+// step's coefficient and are already on their way: only the update is left.
 double Trainer::apply_compressed(double lr, bool traced, SignExchange& exchange) {
   return timed(&PhaseTimes::optimizer, "optimizer", traced, [&] {
     FlatBuffer& g = model_.grads();
     float mean_sq = float(sum_squares(g.data(), g.size()));
     sync_.average(&mean_sq, 1);
     const double norm = std::sqrt(double(mean_sq));
-    exchange = state_.onebit->compressed_step(model_.params().data(), g.data(), lr,
-                                              clip_coefficient(norm, cfg_.train.grad_clip), sync_);
+    float* params = model_.params().data();
+    exchange = cfg_.optimizer.onebit.overlap
+                   ? state_.onebit->finish_compressed_step(params, lr, sync_)
+                   : state_.onebit->compressed_step(
+                         params, g.data(), lr, clip_coefficient(norm, cfg_.train.grad_clip), sync_);
     return norm;
   });
 }
@@ -478,7 +498,7 @@ TrainOutcome Trainer::run() {
     log_step(s, out);
     ++totals_.steps_run;
     if (preempt && sync_.any_rank(preempt->requested())) return stop_preempted(out);
-    if (save_every > 0 && n % save_every == 0) save(out);
+    if (save_every > 0 && n % save_every == 0 && fault_.empty()) save(out);
   }
   flush_log(out);
   // The end of the run, unless the last step was just saved, or the run was resumed at its

@@ -6,6 +6,7 @@
 // created, so a bad config or data file leaves nothing half-written.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -62,6 +63,8 @@ struct TrainState {
   std::unique_ptr<OneBitAdam> onebit;  // optimizer.name onebit_adam: error buffers; uses
                                        // `optimizer` for its moments and warm-up
   LossScaler scaler;                   // scale, hysteresis and skip counters
+  double last_grad_norm = NAN;         // of the last applied step (NaN: none yet); 1-bit Adam's
+                                       // exchange under backward clips by it
   std::unique_ptr<DataSource> data;    // this rank's training stream
 };
 
@@ -102,6 +105,7 @@ class Trainer {
   std::string numerical_fault(int step, int rank) const;
   double apply_update(double lr, bool traced);
   double apply_compressed(double lr, bool traced, SignExchange& exchange);
+  double previous_clip_coefficient() const;
   double timed_update(double lr, bool traced, bool compressed, SignExchange& exchange);
   // Times F as phase FIELD (and, in the trace window, as span NAME); returns what F returns.
   template <class F>

@@ -21,9 +21,12 @@ struct SignReducer final : Reducer {
   int world() const override { return 2; }
   void average(float*, size_t) override {}
   bool any_rank(bool flag) override { return flag; }
-  SignExchange sign_average(float* buf, float* we, float* se, size_t n, const SignCode& code,
-                            const Part& prepare, const Part& finish) override {
+  void begin_sign_average(float* b, float* w, float* s, size_t count, const SignCode& code,
+                          Part p) override {
+    buf = b, we = w, se = s, n = count, prepare = std::move(p);
     last_code = code;
+  }
+  SignExchange finish_sign_average(const Part& finish) override {
     const size_t cut = n / 2;
     const std::pair<size_t, size_t> parts[2] = {{0, cut}, {cut, n}};
     for (auto [b, e] : parts) prepare(b, e);
@@ -39,6 +42,9 @@ struct SignReducer final : Reducer {
     ++calls;
     return {n / 8, 1.0, 4.0};
   }
+  float *buf = nullptr, *we = nullptr, *se = nullptr;
+  size_t n = 0;
+  Part prepare;
   int calls = 0;
   SignCode last_code;
 };

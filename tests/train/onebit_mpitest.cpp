@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/files.h"
@@ -53,13 +54,22 @@ std::vector<nlohmann::json> records(const fs::path& run) {
 // a tensor shorter (each test below also runs with one scale per tensor).
 constexpr int kScaleBlock = 48;
 
-class OneBitMultiRank : public ::testing::TestWithParam<int> {};
-INSTANTIATE_TEST_SUITE_P(ScaleBlock, OneBitMultiRank, ::testing::Values(0, kScaleBlock));
+// (scale_block, optimizer.onebit.overlap): the exchange after backward or under it.
+class OneBitMultiRank : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  Config Run(const std::string& out_dir, int steps, int freeze_step) const {
+    Config cfg = OneBitRun(out_dir, steps, freeze_step);
+    cfg.optimizer.onebit.scale_block = std::get<0>(GetParam());
+    cfg.optimizer.onebit.overlap = std::get<1>(GetParam());
+    return cfg;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(ScaleBlockAndOverlap, OneBitMultiRank,
+                         ::testing::Combine(::testing::Values(0, kScaleBlock), ::testing::Bool()));
 
 TEST_P(OneBitMultiRank, RanksHoldIdenticalParamsAfter20CompressedSteps) {
   const fs::path dir = fresh_dir("replicas");
-  Config cfg = OneBitRun(dir.string(), 25, 5);
-  cfg.optimizer.onebit.scale_block = GetParam();
+  Config cfg = Run(dir.string(), 25, 5);
   cfg.train.check_replicas_every = 1;  // throws CommError as soon as replicas differ
   const TrainOutcome r = train(cfg, &world());
   std::vector<uint64_t> all(size_t(world().size()));
@@ -71,7 +81,7 @@ TEST_P(OneBitMultiRank, RanksHoldIdenticalParamsAfter20CompressedSteps) {
   ASSERT_EQ(recs.size(), 25u);
   // The volume target, 1/25 of the ring, with one scale per tensor; a scale per block adds
   // 32 bits per block to the 1 bit per element.
-  const double block = GetParam();
+  const double block = std::get<0>(GetParam());
   const double limit = recs[0]["comm_sent_bytes"].get<double>() / 25 * (block ? 1 + 32 / block : 1);
   for (const auto& rec : recs) {
     const int step = rec["step"];
@@ -86,10 +96,47 @@ TEST_P(OneBitMultiRank, RanksHoldIdenticalParamsAfter20CompressedSteps) {
 
 TEST_P(OneBitMultiRank, ResumeInsideTheCompressionStageIsBitExact) {
   const fs::path dir = fresh_dir("resume");
-  Config cfg = OneBitRun("", 20, 4);
-  cfg.optimizer.onebit.scale_block = GetParam();
+  const Config cfg = Run("", 20, 4);
   const auto r = ringstep::testing::RunStraightAndResumed(cfg, dir, &world());
   ringstep::testing::ExpectResumedMatchesStraight(r);
+}
+
+// Without clipping the exchange under backward computes what the exchange after it does: the
+// same momenta, sent in the same order, give the same bits. (With clipping the two differ:
+// under backward the coefficient is the previous step's.)
+TEST(OneBitOverlap, WithoutClippingMatchesTheExchangeAfterBackwardBitForBit) {
+  TrainOutcome runs[2];
+  for (bool overlap : {false, true}) {
+    const fs::path dir = fresh_dir(overlap ? "under" : "after");
+    Config cfg = OneBitRun(dir.string(), 15, 4);
+    cfg.train.grad_clip = 0;
+    cfg.profile.log_every = 1;
+    cfg.optimizer.onebit.overlap = overlap;
+    runs[overlap] = train(cfg, &world());
+  }
+  EXPECT_EQ(runs[0].losses, runs[1].losses);
+  EXPECT_EQ(runs[0].params_fnv1a64, runs[1].params_fnv1a64);
+}
+
+// With clipping active, the first compressed step under backward clips by the last warm-up
+// step's norm, so the runs part there, and not before.
+TEST(OneBitOverlap, WithClippingTheRunsPartAtTheFirstCompressedStep) {
+  TrainOutcome runs[2];
+  for (bool overlap : {false, true}) {
+    const fs::path dir = fresh_dir(overlap ? "clip_under" : "clip_after");
+    Config cfg = OneBitRun(dir.string(), 8, 4);
+    cfg.train.grad_clip = 1e-3;  // every step clipped, by a coefficient that changes
+    cfg.profile.log_every = 1;
+    cfg.optimizer.onebit.overlap = overlap;
+    runs[overlap] = train(cfg, &world());
+  }
+  ASSERT_EQ(runs[0].losses.size(), 8u);
+  ASSERT_EQ(runs[1].losses.size(), 8u);
+  // Step 5 (the first compressed) is computed with different momenta; its loss was taken
+  // before the update, so the losses part from step 6 on.
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(runs[0].losses[i], runs[1].losses[i]) << "step " << i + 1;
+  EXPECT_NE(runs[0].losses[5], runs[1].losses[5]);
+  EXPECT_NE(runs[0].params_fnv1a64, runs[1].params_fnv1a64);
 }
 
 // Every file of the step-(N-1) and step-N checkpoints but state.json and the manifest.
