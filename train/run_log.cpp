@@ -96,10 +96,14 @@ void print_comm_and_trace(const Config& cfg, const RunFacts& f) {
 void print_optimizer_header(const Config& cfg, const RunFacts& f) {
   if (cfg.optimizer.name != OptimizerKind::onebit_adam) return;
   const OneBitConfig& ob = cfg.optimizer.onebit;
+  const std::string per =
+      ob.scale_block > 0 ? std::to_string(ob.scale_block) + " elements" : std::string("tensor");
   std::printf(
       "  optimizer  1-bit Adam: AdamW (gradients by %s) for %d steps, then 1-bit momentum "
-      "(own sign transport, scale %s per tensor)\n",
-      name(cfg.comm.allreduce), ob.freeze_step, name(ob.scale));
+      "(own sign transport, scale %s per %s, %s)\n",
+      name(cfg.comm.allreduce), ob.freeze_step, name(ob.scale), per.c_str(),
+      ob.overlap ? "sent under backward, clipped by the previous step's norm"
+                 : "sent after backward");
   const std::string warning = onebit_warning(cfg, f.world);
   if (!warning.empty()) std::printf("  warning    %s\n", warning.c_str());
 }
