@@ -146,34 +146,10 @@ void apply_code(const uint8_t* bits, size_t b, size_t e, float s, float* out) {
   for (; i < e; ++i) put(i, negative_bit(bits, i));
 }
 
-// Z[0, n) -= s sign(Z), the error the sign code leaves; adds ||Z||^2 to SQ_NORM and the
-// new error's squared norm to SQ_ERR (statistics: summed in kLanes float lanes).
-void keep_error(float* z, size_t n, float s, double& sq_norm, double& sq_err) {
-  float norm[kLanes] = {}, err[kLanes] = {};
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (size_t k = 0; k < kLanes; ++k) {
-      const float v = z[i + k];
-      norm[k] += v * v;
-      const float e = v - signed_scale(s, v < 0);
-      err[k] += e * e;
-      z[i + k] = e;
-    }
-  }
-  for (size_t k = 0; k < kLanes; ++k) {
-    sq_norm += norm[k];
-    sq_err += err[k];
-  }
-  for (; i < n; ++i) {
-    sq_norm += double(z[i]) * double(z[i]);
-    z[i] = z[i] - signed_scale(s, z[i] < 0);
-    sq_err += double(z[i]) * double(z[i]);
-  }
-}
-
-// Z[0, n) -= s sign(Z) as keep_error does, and sign(Z) into the packed BITS from bit FIRST
-// on (element i is bit FIRST + i; the bytes start zeroed and are ORed into). Whole bytes go
-// eight elements at a time.
+// Z[0, n) -= s sign(Z), the error the sign code leaves, and sign(Z) into the packed BITS
+// from bit FIRST on (element i is bit FIRST + i; the bytes start zeroed and are ORed into);
+// adds ||Z||^2 to SQ_NORM and the new error's squared norm to SQ_ERR (statistics: summed in
+// 8 float lanes). Whole bytes go eight elements at a time.
 void code_and_keep_error(float* z, size_t n, float s, uint8_t* bits, size_t first, double& sq_norm,
                          double& sq_err) {
   float norm[8] = {}, err[8] = {};
@@ -261,12 +237,12 @@ void serve_chunk(const std::byte* const* in, int nranks, const Layout& L, int j,
   const float n = float(nranks);
   for (size_t i = 0; i < c.count; ++i) e[c.offset + i] = acc[i] / n + e[c.offset + i];
   std::memset(out, 0, L.block_bytes);
-  pack_signs(e + c.offset, c.count, reinterpret_cast<uint8_t*>(out + L.scale_bytes));
+  auto* bits = reinterpret_cast<uint8_t*>(out + L.scale_bytes);
   double unused_norm = 0, unused_err = 0;
   L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
     const float s = sign_scale(e + b, end - b, kind);
     std::memcpy(out + L.scale_offset(j, k), &s, sizeof(float));
-    keep_error(e + b, end - b, s, unused_norm, unused_err);
+    code_and_keep_error(e + b, end - b, s, bits, b - c.offset, unused_norm, unused_err);
   });
 }
 
