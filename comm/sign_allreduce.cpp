@@ -325,17 +325,17 @@ std::vector<size_t> split_segments(const std::vector<size_t>& segment_ends, size
 struct SignAllreduce::Impl {
   Layout layout;
   OneBitScale kind;
-  int nranks;
-  int rank = 0;
+  int nranks, rank;
   std::vector<std::byte> send;      // the worker messages, one per server chunk
   std::vector<std::byte> received;  // the other workers' messages for this rank's chunk
   std::vector<std::byte> gathered;  // every server's message (this rank's own included)
   std::vector<float> acc;           // the server stage's sum
 
-  Impl(size_t count, const std::vector<size_t>& ends, int n, OneBitScale k)
+  Impl(size_t count, const std::vector<size_t>& ends, int n, int r, OneBitScale k)
       : layout(count, ends, n),
         kind(k),
         nranks(n),
+        rank(r),
         send(size_t(n) * layout.block_bytes),
         received(send.size()),
         gathered(send.size()) {}
@@ -345,15 +345,14 @@ struct SignAllreduce::Impl {
 };
 
 SignAllreduce::SignAllreduce(size_t count, const std::vector<size_t>& segment_ends, int nranks,
-                             OneBitScale kind)
-    : impl_(std::make_unique<Impl>(count, segment_ends, nranks, kind)) {}
+                             int rank, OneBitScale kind)
+    : impl_(std::make_unique<Impl>(count, segment_ends, nranks, rank, kind)) {}
 SignAllreduce::~SignAllreduce() = default;
 SignAllreduce::SignAllreduce(SignAllreduce&&) noexcept = default;
 SignAllreduce& SignAllreduce::operator=(SignAllreduce&&) noexcept = default;
 
-SignAllreduceStats SignAllreduce::encode(const float* x, float* worker_error, int rank) {
+SignAllreduceStats SignAllreduce::encode(const float* x, float* worker_error) {
   Impl& m = *impl_;
-  m.rank = rank;
   SignAllreduceStats st;
   compress_worker(x, worker_error, m.layout, m.nranks, m.kind, m.send.data(), st);
   st.bytes_sent = 2 * size_t(m.nranks - 1) * m.layout.block_bytes;
@@ -384,8 +383,8 @@ SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
                                   float* server_error, OneBitScale kind, int tag) {
   const int n = comm.size();
   if (n == 1 || count == 0) return {};
-  SignAllreduce call(count, segment_ends, n, kind);
-  const SignAllreduceStats st = call.encode(x, worker_error, comm.rank());
+  SignAllreduce call(count, segment_ends, n, comm.rank(), kind);
+  const SignAllreduceStats st = call.encode(x, worker_error);
   call.exchange(comm, server_error, tag);
   call.decode(x);
   return st;

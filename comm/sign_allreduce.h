@@ -85,15 +85,16 @@ SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
 // stages, so one object serves one vector at a time, and calls of the same shape reuse it.
 class SignAllreduce {
  public:
-  SignAllreduce(size_t count, const std::vector<size_t>& segment_ends, int nranks,
+  // For rank RANK of NRANKS.
+  SignAllreduce(size_t count, const std::vector<size_t>& segment_ends, int nranks, int rank,
                 OneBitScale kind);
   ~SignAllreduce();
   SignAllreduce(SignAllreduce&&) noexcept;
   SignAllreduce& operator=(SignAllreduce&&) noexcept;
 
-  // Worker stage of rank RANK: z = X + WORKER_ERROR, the messages of sign(z) and the worker
-  // scales, WORKER_ERROR = z - s_w sign(z). Returns the statistics (bytes_sent included).
-  SignAllreduceStats encode(const float* x, float* worker_error, int rank);
+  // Worker stage: z = X + WORKER_ERROR, the messages of sign(z) and the worker scales,
+  // WORKER_ERROR = z - s_w sign(z). Returns the statistics (bytes_sent included).
+  SignAllreduceStats encode(const float* x, float* worker_error);
   // The all-to-all, the server stage on this rank's chunk of SERVER_ERROR, the allgather.
   // Collective, after encode, with the same tag on every rank (0 <= tag < 32768).
   void exchange(Communicator& comm, float* server_error, int tag);

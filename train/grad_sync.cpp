@@ -159,7 +159,7 @@ void GradSync::begin_sign_average(float* buf, float* worker_error, float* server
     sign_calls_.clear();
     for (const Bucket& k : buckets_) {
       const size_t len = k.end - k.begin;
-      sign_calls_.emplace_back(len, split_segments(k.tensor_ends, len, code.block), world_,
+      sign_calls_.emplace_back(len, split_segments(k.tensor_ends, len, code.block), world_, rank_,
                                code.scale);
     }
     sign_code_ = code;
@@ -172,7 +172,7 @@ void GradSync::start_sign_bucket(size_t b) {
   const Bucket& k = buckets_[b];
   if (sign_.prepare) sign_.prepare(k.begin, k.end);
   const SignAllreduceStats s =
-      sign_calls_[b].encode(sign_.buf + k.begin, sign_.worker_error + k.begin, rank_);
+      sign_calls_[b].encode(sign_.buf + k.begin, sign_.worker_error + k.begin);
   sign_.total.bytes_sent += s.bytes_sent;
   sign_.total.worker_sq_err += s.worker_sq_err;
   sign_.total.worker_sq_norm += s.worker_sq_norm;
