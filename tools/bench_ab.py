@@ -21,7 +21,8 @@ def run(binary, config, dtype, steps, extra, out_dir):
     cmd = [binary, "train", config, "--set", "run.threads=1", "--set", f"train.steps={steps}",
            "--set", "train.eval_every=0", "--set", "train.eval_batches=1",
            "--set", "profile.peak_gflops=100", "--set", "profile.trace_steps=[]",
-           "--set", f"precision.dtype={dtype}", "--set", f"run.out_dir={out_dir}"]
+           "--set", f"precision.dtype={dtype}", "--set", f"run.out_dir={out_dir}",
+           "--set", "run.overwrite=true"]
     for s in extra:
         cmd += ["--set", s]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
