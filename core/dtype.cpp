@@ -4,6 +4,7 @@
 // truncated or widened, sign kept).
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <bit>
 
 #if defined(__F16C__) || defined(__AVX512F__)
@@ -151,6 +152,16 @@ void narrow_from_fp32(DType dt, const float* in, uint16_t* out, size_t n) {
     fp32_to_bf16(in, out, n);
   else
     fp32_to_fp16(in, out, n);
+}
+
+void round_to_dtype(DType dt, const float* in, float* out, size_t n) {
+  constexpr size_t kChunk = 512;  // the 16-bit bits of one chunk stay in L1
+  uint16_t bits[kChunk];
+  for (size_t i = 0; i < n; i += kChunk) {
+    const size_t len = std::min(kChunk, n - i);
+    narrow_from_fp32(dt, in + i, bits, len);
+    widen_to_fp32(dt, bits, out + i, len);
+  }
 }
 
 }  // namespace ringstep

@@ -36,5 +36,8 @@ void bf16_to_fp32(const uint16_t* in, float* out, size_t n);
 // The same for a 16-bit dtype chosen at run time (DT = f16 or bf16).
 void widen_to_fp32(DType dt, const uint16_t* in, float* out, size_t n);
 void narrow_from_fp32(DType dt, const float* in, uint16_t* out, size_t n);
+// OUT = IN rounded to DT and widened back (widen_to_fp32 of narrow_from_fp32, bit for bit)
+// in one pass; IN == OUT is allowed.
+void round_to_dtype(DType dt, const float* in, float* out, size_t n);
 
 }  // namespace ringstep

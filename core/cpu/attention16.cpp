@@ -3,8 +3,9 @@
 // kQueryBlock, block [r0, r0 + nr) attending to keys [0, r0 + nr) only, so the products skip
 // the masked blocks above the diagonal. The difference is where values live: q, k, v, P and
 // dO, dS enter the products as 16-bit (gemm16 reads the head slices of qkv in place, row
-// stride 3C), products accumulate in fp32, and the softmax and its backward run in fp32 on
-// one block of rows held in per-thread scratch.
+// stride 3C; where it widens, each head's q, k, v are widened once and dO, dS are rounded
+// in fp32, so no product widens an operand again), products accumulate in fp32, and the
+// softmax and its backward run in fp32 on one block of rows held in per-thread scratch.
 //
 // Rounding points mirror a GPU's mixed-precision attention: P is rounded once and that
 // rounded P is both the stored activation and the operand of P v, so forward and backward
@@ -76,27 +77,76 @@ size_t head_offset(int b, int h, int T, int C, int hs) {
   return size_t(b) * T * 3 * C + size_t(h) * hs;
 }
 
+// One head's q, k and v (T x hs each, row stride 3C inside qkv) as gemm16 operands. Where
+// gemm16 widens (no AMX), the three are widened once here, into dense per-thread scratch,
+// instead of once per query block inside every product.
+class HeadOperands {
+ public:
+  enum Part { q = 0, k = 1, v = 2 };
+
+  HeadOperands(DType dt, const uint16_t* q_bits, int T, int C, int hs)
+      : bits_(q_bits), T_(T), C_(C), hs_(hs) {
+    if (!gemm16_widens(dt)) return;
+    float* wide = scratch<float, 2>(size_t(3) * T * hs);
+    for (int part = q; part <= v; ++part)
+      for (int t = 0; t < T; ++t)
+        widen_to_fp32(dt, row_bits(Part(part), t), wide + (size_t(part) * T + t) * hs, size_t(hs));
+    wide_ = wide;
+  }
+
+  // PART's rows from R0 on.
+  Operand16 rows(Part part, int r0) const {
+    if (wide_ == nullptr) return {row_bits(part, r0), 3 * C_};
+    return {row_bits(part, r0), 3 * C_, wide_ + (size_t(part) * T_ + r0) * hs_, hs_};
+  }
+
+ private:
+  const uint16_t* row_bits(Part part, int t) const {
+    return bits_ + size_t(t) * 3 * C_ + size_t(part) * C_;
+  }
+
+  const uint16_t* bits_;
+  const float* wide_ = nullptr;
+  int T_, C_, hs_;
+};
+
+// ROWS x COLS fp32 values at SRC (leading dim LD) rounded to DT where they enter products,
+// as a dense operand (leading dim COLS): kept in fp32 in WIDE where gemm16 widens, else
+// narrowed into BITS. WIDE may be SRC itself when LD == COLS.
+Operand16 rounded_rows(DType dt, const float* src, int ld, int rows, int cols, float* wide,
+                       uint16_t* bits) {
+  const bool widens = gemm16_widens(dt);
+  for (int i = 0; i < rows; ++i) {
+    const float* in = src + size_t(i) * ld;
+    if (widens)
+      round_to_dtype(dt, in, wide + size_t(i) * cols, size_t(cols));
+    else
+      narrow_from_fp32(dt, in, bits + size_t(i) * cols, size_t(cols));
+  }
+  if (widens) return {nullptr, 0, wide, cols};
+  return {bits, cols};
+}
+
 }  // namespace
 
 void attention_forward16(DType dt, uint16_t* out, uint16_t* att, const uint16_t* qkv, int B, int T,
                          int C, int NH) {
   check_args("attention_forward16", dt, C, NH);
-  const int hs = C / NH, ld3 = 3 * C;
+  const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
   const int threads = head_loop_threads(B * NH);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
-    const uint16_t* q = qkv + head_offset(b, h, T, C, hs);
-    const uint16_t* k = q + C;
-    const uint16_t* v = q + 2 * C;
+    const HeadOperands head(dt, qkv + head_offset(b, h, T, C, hs), T, C, hs);
     uint16_t* o = out + size_t(b) * T * C + size_t(h) * hs;
     uint16_t* p = att + size_t(bh) * T * T;
     float* s = scratch<float, 0>(size_t(kQueryBlock) * T);  // nr x nk, leading dim nk
     float* o32 = scratch<float, 1>(size_t(kQueryBlock) * hs);
     for (int r0 = 0; r0 < T; r0 += kQueryBlock) {
       const int nr = std::min(kQueryBlock, T - r0), nk = r0 + nr;
-      gemm16(dt, false, true, nr, nk, hs, scale, q + size_t(r0) * ld3, ld3, k, ld3, 0.0f, s, nk);
+      gemm16(dt, false, true, nr, nk, hs, scale, head.rows(HeadOperands::q, r0),
+             head.rows(HeadOperands::k, 0), 0.0f, s, nk);
       for (int i = 0; i < nr; ++i) {
         float* row = s + size_t(i) * nk;
         uint16_t* prow = p + size_t(r0 + i) * T;
@@ -104,7 +154,8 @@ void attention_forward16(DType dt, uint16_t* out, uint16_t* att, const uint16_t*
         narrow_from_fp32(dt, row, prow, size_t(nk));
         std::fill(prow + nk, prow + T, uint16_t(0));  // +0 in both bf16 and fp16
       }
-      gemm16(dt, false, false, nr, hs, nk, 1.0f, p + size_t(r0) * T, T, v, ld3, 0.0f, o32, hs);
+      gemm16(dt, false, false, nr, hs, nk, 1.0f, Operand16{p + size_t(r0) * T, T},
+             head.rows(HeadOperands::v, 0), 0.0f, o32, hs);
       for (int i = 0; i < nr; ++i) {
         narrow_from_fp32(dt, o32 + size_t(i) * hs, o + size_t(r0 + i) * C, size_t(hs));
       }
@@ -117,42 +168,44 @@ void attention_backward16(DType dt, float* dqkv, const float* dout, const uint16
   check_args("attention_backward16", dt, C, NH);
   const int hs = C / NH, ld3 = 3 * C;
   const float scale = 1.0f / std::sqrt(float(hs));
+  const bool widens = gemm16_widens(dt);
   const int threads = head_loop_threads(B * NH);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
     const size_t off = head_offset(b, h, T, C, hs);
-    const uint16_t* q = qkv + off;
-    const uint16_t* k = q + C;
-    const uint16_t* v = q + 2 * C;
+    const HeadOperands head(dt, qkv + off, T, C, hs);
     float* dq = dqkv + off;
     float* dk = dq + C;
     float* dv = dq + 2 * C;
     const float* dout_h = dout + size_t(b) * T * C + size_t(h) * hs;
     const uint16_t* p = att + size_t(bh) * T * T;
     float* ds = scratch<float, 0>(size_t(kQueryBlock) * T);  // dP, then dS; leading dim nk
-    float* prow = scratch<float, 1>(size_t(T));              // one row of P, widened
+    float* do32 = scratch<float, 1>(size_t(kQueryBlock) * hs);
+    float* p32 = scratch<float, 3>(size_t(kQueryBlock) * T);  // the block's P rows, widened
     uint16_t* do16 = scratch<uint16_t, 0>(size_t(kQueryBlock) * hs);
     uint16_t* ds16 = scratch<uint16_t, 1>(size_t(kQueryBlock) * T);
     for (int r0 = 0; r0 < T; r0 += kQueryBlock) {
       const int nr = std::min(kQueryBlock, T - r0), nk = r0 + nr;
       const uint16_t* pb = p + size_t(r0) * T;
-      for (int i = 0; i < nr; ++i) {
-        narrow_from_fp32(dt, dout_h + size_t(r0 + i) * C, do16 + size_t(i) * hs, size_t(hs));
-      }
-      gemm16(dt, false, true, nr, nk, hs, 1.0f, do16, hs, v, ld3, 0.0f, ds, nk);  // dP
+      const Operand16 dO = rounded_rows(dt, dout_h + size_t(r0) * C, C, nr, hs, do32, do16);
+      gemm16(dt, false, true, nr, nk, hs, 1.0f, dO, head.rows(HeadOperands::v, 0), 0.0f, ds,
+             nk);  // dP
       for (int i = 0; i < nr; ++i) {
         const int t = r0 + i;
-        widen_to_fp32(dt, p + size_t(t) * T, prow, size_t(padded_length(t + 1, nk)));
+        // Where gemm16 widens, the whole row: P^T dO below reads it too.
+        const int len = widens ? nk : padded_length(t + 1, nk);
+        float* prow = p32 + size_t(i) * nk;
+        widen_to_fp32(dt, p + size_t(t) * T, prow, size_t(len));
         causal_softmax_backward_row(ds + size_t(i) * nk, prow, t, nk);
-        narrow_from_fp32(dt, ds + size_t(i) * nk, ds16 + size_t(i) * nk, size_t(nk));
       }
+      const Operand16 dS = rounded_rows(dt, ds, nk, nr, nk, ds, ds16);
+      const Operand16 P = widens ? Operand16{pb, T, p32, nk} : Operand16{pb, T};
       // dq += scale dS k; dk += scale dS^T q; dv += P^T dO (all in fp32 accumulators).
-      gemm16(dt, false, false, nr, hs, nk, scale, ds16, nk, k, ld3, 1.0f, dq + size_t(r0) * ld3,
-             ld3);
-      gemm16(dt, true, false, nk, hs, nr, scale, ds16, nk, q + size_t(r0) * ld3, ld3, 1.0f, dk,
-             ld3);
-      gemm16(dt, true, false, nk, hs, nr, 1.0f, pb, T, do16, hs, 1.0f, dv, ld3);
+      gemm16(dt, false, false, nr, hs, nk, scale, dS, head.rows(HeadOperands::k, 0), 1.0f,
+             dq + size_t(r0) * ld3, ld3);
+      gemm16(dt, true, false, nk, hs, nr, scale, dS, head.rows(HeadOperands::q, r0), 1.0f, dk, ld3);
+      gemm16(dt, true, false, nk, hs, nr, 1.0f, P, dO, 1.0f, dv, ld3);
     }
   }
 }

@@ -39,6 +39,10 @@ void narrow(DType dt, const float* in, uint16_t* out, size_t n) {
   for_convert_chunks(n, [&](size_t b, size_t len) { narrow_from_fp32(dt, in + b, out + b, len); });
 }
 
+void round_to(DType dt, const float* in, float* out, size_t n) {
+  for_convert_chunks(n, [&](size_t b, size_t len) { round_to_dtype(dt, in + b, out + b, len); });
+}
+
 // Element I of a 16-bit stored tensor.
 void* elem16(void* act, size_t i) { return u16(act) + i; }
 const void* elem16(const void* act, size_t i) { return u16(act) + i; }
@@ -58,6 +62,20 @@ const float* load(DType dt, Arena& arena, const void* act, size_t n) {
   float* buf = arena.alloc_floats(n);
   if (!arena.counting()) widen(dt, u16(act), buf, n);
   return buf;
+}
+
+// N fp32 values X (leading dim LD) rounded to DT in arena scratch, held the way gemm16 reads
+// them: kept in fp32 where gemm16 widens (so no product widens them again), else as 16-bit
+// bits. Unfilled when counting.
+Operand16 rounded_operand(DType dt, Arena& arena, const float* x, size_t n, int ld) {
+  if (gemm16_widens(dt)) {
+    float* wide = arena.alloc_floats(n);
+    if (!arena.counting()) round_to(dt, x, wide, n);
+    return {nullptr, 0, wide, ld};
+  }
+  auto* bits = static_cast<uint16_t*>(arena.alloc_bytes(n * sizeof(uint16_t)));
+  if (!arena.counting()) narrow(dt, x, bits, n);
+  return {bits, ld};
 }
 
 // A row-wise op on 16-bit storage: for each block of kRowBlock rows of INP (N, C), widens
@@ -104,8 +122,10 @@ const uint16_t* CpuBackend::w16(const float* w) const {
   return weights16_.data() + (w - params_);
 }
 
-const float* CpuBackend::w32(const float* w) const {
-  return weights32_.empty() ? nullptr : weights32_.data() + (w16(w) - weights16_.data());
+Operand16 CpuBackend::weight_operand(const float* w, int ld) const {
+  const uint16_t* bits = w16(w);
+  const float* wide = weights32_.empty() ? nullptr : weights32_.data() + (bits - weights16_.data());
+  return {bits, ld, wide, ld};
 }
 
 void CpuBackend::zero(float* x, size_t n, Arena& arena) {
@@ -174,8 +194,8 @@ void CpuBackend::linear_forward(void* out, const void* inp, const float* weight,
         residual != nullptr ? load(dt_, arena, elem16(residual, size_t(r0) * OC), n) : nullptr;
     if (arena.counting()) return;
     for (int r = 0; r < rows; ++r) std::memcpy(y + size_t(r) * OC, bias, OC * sizeof(float));
-    gemm16_with_b32(dt_, false, true, rows, OC, C, 1.0f, u16(elem16(inp, size_t(r0) * C)), C,
-                    w16(weight), w32(weight), C, 1.0f, y, OC);
+    gemm16(dt_, false, true, rows, OC, C, 1.0f, Operand16{u16(elem16(inp, size_t(r0) * C)), C},
+           weight_operand(weight, C), 1.0f, y, OC);
     if (res != nullptr) cpu::residual_forward(y, res, y, n);
     narrow(dt_, y, u16(elem16(out, size_t(r0) * OC)), n);
   });
@@ -193,14 +213,13 @@ void CpuBackend::linear_backward(float* dinp, float* dweight, float* dbias, cons
   // on every call.
   for_row_blocks(arena, N, kGemmRowBlock, [&](int r0, int rows) {
     const float* dy = dout + size_t(r0) * OC;
-    auto* d16 = static_cast<uint16_t*>(arena.alloc_bytes(size_t(rows) * OC * sizeof(uint16_t)));
+    const Operand16 d = rounded_operand(dt_, arena, dy, size_t(rows) * OC, OC);
     if (arena.counting()) return;
-    narrow(dt_, dy, d16, size_t(rows) * OC);
     if (dinp != nullptr)
-      gemm16_with_b32(dt_, false, false, rows, C, OC, 1.0f, d16, OC, w16(weight), w32(weight), C,
-                      0.0f, dinp + size_t(r0) * C, C);
-    gemm16(dt_, true, false, OC, C, rows, 1.0f, d16, OC, u16(elem16(inp, size_t(r0) * C)), C, 1.0f,
-           dweight, C);
+      gemm16(dt_, false, false, rows, C, OC, 1.0f, d, weight_operand(weight, C), 0.0f,
+             dinp + size_t(r0) * C, C);
+    gemm16(dt_, true, false, OC, C, rows, 1.0f, d, Operand16{u16(elem16(inp, size_t(r0) * C)), C},
+           1.0f, dweight, C);
     if (dbias != nullptr)
       for (int r = 0; r < rows; ++r)
         for (int o = 0; o < OC; ++o) dbias[o] += dy[size_t(r) * OC + o];
@@ -211,8 +230,8 @@ void CpuBackend::logits_forward(float* logits, const void* inp, const float* wte
                                 int V, Arena& arena) {
   if (arena.counting()) return;
   if (half())
-    gemm16_with_b32(dt_, false, true, N, V, C, 1.0f, u16(inp), C, w16(wte), w32(wte), C, 0.0f,
-                    logits, V);
+    gemm16(dt_, false, true, N, V, C, 1.0f, Operand16{u16(inp), C}, weight_operand(wte, C), 0.0f,
+           logits, V);
   else
     cpu::matmul_forward(logits, f32(inp), wte, static_cast<const float*>(nullptr), N, C, V);
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/cpu/gemm16.h"
 
 namespace ringstep::cpu {
 
@@ -66,9 +67,10 @@ class CpuBackend final : public Backend {
   // The 16-bit copy of weight W, a pointer into set_weights' buffer (std::logic_error if
   // it is not one).
   const uint16_t* w16(const float* w) const;
-  // That copy widened back to fp32, where gemm16 widens its operands (no AMX): made once per
-  // set_weights instead of in every product. Null where there is none.
-  const float* w32(const float* w) const;
+  // W's copy as a gemm16 operand (leading dim LD), with its widening back to fp32 where
+  // gemm16 widens its operands (no AMX): made once per set_weights instead of in every
+  // product.
+  Operand16 weight_operand(const float* w, int ld) const;
 
   DType dt_;
   const float* params_ = nullptr;

@@ -145,45 +145,58 @@ void gemm_f32_fixed_order(bool trans_a, bool trans_b, int M, int N, int K, float
 }
 #endif
 
-// B32, when not null, is B already widened (leading dim ldb).
+// An operand as the fp32 sgemm reads it: OP's widening when the caller holds one, else its
+// bits widened into BUF (a rows x cols dense matrix). Sets LD to the leading dim returned.
+const float* wide_operand(DType dt, const Operand16& op, int rows, int cols,
+                          std::vector<float>& buf, bool parallel, int& ld) {
+  if (op.wide != nullptr) {
+    ld = op.ld_wide;
+    return op.wide;
+  }
+  ld = cols;
+  return widen(dt, op.bits, rows, cols, op.ld, buf, parallel);
+}
+
 void gemm16_sgemm(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                  const uint16_t* A, int lda, const uint16_t* B, const float* B32, int ldb,
-                  float beta, float* C, int ldc) {
+                  const Operand16& A, const Operand16& B, float beta, float* C, int ldc) {
   thread_local std::vector<float> a_buf, b_buf;
   const bool parallel = double(M) * N * K >= kParallelMinMacs;
   // Stored shapes: A is K x M when transposed, B is N x K when transposed.
-  const int a_cols = trans_a ? M : K;
-  const float* a = widen(dt, A, trans_a ? K : M, a_cols, lda, a_buf, parallel);
-  const int b_cols = B32 != nullptr ? ldb : (trans_b ? K : N);
-  const float* b =
-      B32 != nullptr ? B32 : widen(dt, B, trans_b ? N : K, b_cols, ldb, b_buf, parallel);
+  int lda = 0, ldb = 0;
+  const float* a = wide_operand(dt, A, trans_a ? K : M, trans_a ? M : K, a_buf, parallel, lda);
+  const float* b = wide_operand(dt, B, trans_b ? N : K, trans_b ? K : N, b_buf, parallel, ldb);
   // Zeroed first so that NaNs in C are ignored for beta == 0 on every BLAS.
   scale_c(M, N, beta, C, ldc);
 #ifdef RINGSTEP_HAVE_BLAS
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, a, a_cols, b, b_cols, 1.0f, C,
-              ldc);
+              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, a, lda, b, ldb, 1.0f, C, ldc);
 #else
-  gemm_f32_fixed_order(trans_a, trans_b, M, N, K, alpha, a, a_cols, b, b_cols, C, ldc, parallel);
+  gemm_f32_fixed_order(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, C, ldc, parallel);
 #endif
 }
 
-void check_args(DType dt, bool trans_a, bool trans_b, int M, int N, int K, int lda, int ldb,
-                int ldc) {
+void check_args(DType dt, bool trans_a, bool trans_b, int M, int N, int K, const Operand16& A,
+                const Operand16& B, int ldc) {
   auto fail = [](const std::string& what) { throw std::invalid_argument("gemm16: " + what); };
   if (dt != DType::bf16 && dt != DType::f16) fail("dtype must be bf16 or fp16");
   if (M < 0 || N < 0 || K < 0) {
     fail("negative size M=" + std::to_string(M) + " N=" + std::to_string(N) +
          " K=" + std::to_string(K));
   }
-  auto check_ld = [&](const char* name, int ld, int row) {
+  auto check_ld = [&](const std::string& name, int ld, int row) {
     if (ld < std::max(1, row)) {
-      fail(std::string(name) + "=" + std::to_string(ld) + " is shorter than a row of " +
-           std::to_string(row));
+      fail(name + "=" + std::to_string(ld) + " is shorter than a row of " + std::to_string(row));
     }
   };
-  check_ld("lda", lda, trans_a ? M : K);
-  check_ld("ldb", ldb, trans_b ? K : N);
+  auto check_operand = [&](const char* name, const Operand16& op, int row) {
+    const bool read = M > 0 && N > 0 && K > 0;
+    if (read && op.bits == nullptr && (op.wide == nullptr || use_amx(dt)))
+      fail(std::string(name) + " has no 16-bit values and the kernel reads them");
+    if (op.bits != nullptr) check_ld(std::string("ld") + name, op.ld, row);
+    if (op.wide != nullptr) check_ld(std::string("ld") + name + " (widened)", op.ld_wide, row);
+  };
+  check_operand("a", A, trans_a ? M : K);
+  check_operand("b", B, trans_b ? K : N);
   check_ld("ldc", ldc, N);
 }
 
@@ -191,22 +204,22 @@ void check_args(DType dt, bool trans_a, bool trans_b, int M, int N, int K, int l
 
 void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
             const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc) {
-  gemm16_with_b32(dt, trans_a, trans_b, M, N, K, alpha, A, lda, B, nullptr, ldb, beta, C, ldc);
+  gemm16(dt, trans_a, trans_b, M, N, K, alpha, Operand16{A, lda}, Operand16{B, ldb}, beta, C, ldc);
 }
 
-void gemm16_with_b32(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                     const uint16_t* A, int lda, const uint16_t* B, const float* B32, int ldb,
-                     float beta, float* C, int ldc) {
-  check_args(dt, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+            const Operand16& A, const Operand16& B, float beta, float* C, int ldc) {
+  check_args(dt, trans_a, trans_b, M, N, K, A, B, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) {
     scale_c(M, N, beta, C, ldc);
     return;
   }
   if (use_amx(dt)) {
-    detail::gemm16_amx_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    detail::gemm16_amx_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B.bits, B.ld, beta, C,
+                            ldc);
   } else {
-    gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, lda, B, B32, ldb, beta, C, ldc);
+    gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc);
   }
 }
 

@@ -24,15 +24,24 @@ namespace ringstep::cpu {
 void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
             const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc);
 
-// gemm16 for a caller that also holds B's fp32 widening B32 (the same values in the same
-// layout, leading dim ldb; may be null): the fp32-sgemm kernel multiplies B32 instead of
-// widening B again, the AMX kernel reads B. The same bits as gemm16.
-void gemm16_with_b32(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                     const uint16_t* A, int lda, const uint16_t* B, const float* B32, int ldb,
-                     float beta, float* C, int ldc);
+// One operand of gemm16 as the caller holds it: its 16-bit values BITS (leading dim LD)
+// and, optionally, the same values widened to fp32 in WIDE (leading dim LD_WIDE; same
+// stored shape). The fp32-sgemm kernel multiplies WIDE when set instead of widening BITS
+// again; the AMX kernel reads BITS. BITS may be null only where gemm16_widens(dt) and WIDE
+// is set: then WIDE must hold values of DT (e.g. from round_to_dtype in core/dtype.h).
+struct Operand16 {
+  const uint16_t* bits = nullptr;
+  int ld = 0;
+  const float* wide = nullptr;
+  int ld_wide = 0;
+};
+
+// gemm16 on operands that may carry their widening: the same bits as gemm16 on BITS.
+void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+            const Operand16& A, const Operand16& B, float beta, float* C, int ldc);
 
 // Whether gemm16 for DT widens its operands to fp32 on this machine (the fp32-sgemm kernel):
-// then a caller that multiplies one B many times gains from keeping B32.
+// then a caller that multiplies one operand several times gains from widening it once.
 bool gemm16_widens(DType dt);
 
 // Which kernel gemm16 uses for DT on this machine: "amx-bf16" or "fp32-sgemm" (convert

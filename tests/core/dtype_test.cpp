@@ -233,6 +233,26 @@ TEST(Dtype, ArrayConversionsMatchScalar) {
   }
 }
 
+// round_to_dtype is narrow then widen, bit for bit (NaNs, infs, subnormals, ties, fp16
+// overflow), across its internal chunks and in place.
+TEST(Dtype, RoundToDtypeIsNarrowThenWiden) {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (size_t n : {0, 1, 17, 511, 512, 513, 1025, 65537}) {
+      const std::vector<float> in = tricky_floats(n, static_cast<uint32_t>(n) + 7);
+      std::vector<uint16_t> h(n);
+      std::vector<float> ref(n), out(n), inplace = in;
+      narrow_from_fp32(dt, in.data(), h.data(), n);
+      widen_to_fp32(dt, h.data(), ref.data(), n);
+      round_to_dtype(dt, in.data(), out.data(), n);
+      round_to_dtype(dt, inplace.data(), inplace.data(), n);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(bits(out[i]), bits(ref[i])) << dtype_name(dt) << " n=" << n << " i=" << i;
+        ASSERT_EQ(bits(inplace[i]), bits(ref[i])) << dtype_name(dt) << " n=" << n << " i=" << i;
+      }
+    }
+  }
+}
+
 TEST(Dtype, ArrayFp16WidensEveryPatternLikeScalar) {
   std::vector<uint16_t> all(65536);
   for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);

@@ -264,18 +264,44 @@ TEST_P(Gemm16Kernel, InfInputsPropagateLikeFp64) {
   }
 }
 
-// A caller's widened B (gemm16_with_b32) gives gemm16's bits, leading-dimension padding
-// included; the AMX kernel ignores it.
-TEST_P(Gemm16Kernel, WidenedBGivesTheSameBits) {
+// Operands that carry their widening (A, B or both, dense while the bits' rows are padded)
+// give gemm16's bits; the AMX kernel reads only the bits. Where gemm16 widens, an operand
+// may come without bits; where it does not, that is refused.
+TEST_P(Gemm16Kernel, WidenedOperandsGiveTheSameBits) {
+  auto dense = [](const std::vector<uint16_t>& bits, int rows, int cols, int ld) {
+    std::vector<float> w(size_t(rows) * cols);
+    for (int r = 0; r < rows; ++r)
+      bf16_to_fp32(bits.data() + size_t(r) * ld, w.data() + size_t(r) * cols, size_t(cols));
+    return w;
+  };
   for (int t = 0; t < 4; ++t) {
     const Problem p = make_problem(DType::bf16, t & 1, t & 2, 70, 45, 130, 1.0f, 0.5f, 3, 23);
     const std::vector<float> ref = run(p);
-    std::vector<float> b32(p.b.size());
-    bf16_to_fp32(p.b.data(), b32.data(), p.b.size());
-    std::vector<float> c = p.c0;
-    gemm16_with_b32(p.dt, p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, p.a.data(), p.lda,
-                    p.b.data(), b32.data(), p.ldb, p.beta, c.data(), p.ldc);
-    EXPECT_EQ(std::memcmp(c.data(), ref.data(), ref.size() * 4), 0) << "t=" << t;
+    const int a_cols = p.trans_a ? p.M : p.K, b_cols = p.trans_b ? p.K : p.N;
+    const std::vector<float> a32 = dense(p.a, p.a_rows(), a_cols, p.lda);
+    const std::vector<float> b32 = dense(p.b, p.b_rows(), b_cols, p.ldb);
+    for (int wide = 1; wide < 4; ++wide) {  // bit 0: A carries its widening, bit 1: B does
+      Operand16 A{p.a.data(), p.lda}, B{p.b.data(), p.ldb};
+      if (wide & 1) A = {p.a.data(), p.lda, a32.data(), a_cols};
+      if (wide & 2) B = {p.b.data(), p.ldb, b32.data(), b_cols};
+      std::vector<float> c = p.c0;
+      gemm16(p.dt, p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, A, B, p.beta, c.data(), p.ldc);
+      EXPECT_EQ(std::memcmp(c.data(), ref.data(), ref.size() * 4), 0)
+          << "t=" << t << " wide=" << wide;
+      if (wide & 1) A.bits = nullptr;
+      if (wide & 2) B.bits = nullptr;
+      c = p.c0;
+      auto without_bits = [&] {
+        gemm16(p.dt, p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, A, B, p.beta, c.data(), p.ldc);
+      };
+      if (gemm16_widens(DType::bf16)) {
+        without_bits();
+        EXPECT_EQ(std::memcmp(c.data(), ref.data(), ref.size() * 4), 0)
+            << "no bits, t=" << t << " wide=" << wide;
+      } else {
+        EXPECT_THROW(without_bits(), std::invalid_argument);
+      }
+    }
   }
   EXPECT_EQ(gemm16_widens(DType::bf16), GetParam() == "sgemm");
 }
