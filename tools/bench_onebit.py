@@ -1,22 +1,30 @@
 #!/usr/bin/env python3
 """1-bit Adam against AdamW (overlapped fp32 ring) on configs/bench_onebit.yaml at emulated
-link bandwidths, 2 ranks x 1 thread. For each bandwidth it runs AdamW, then 1-bit Adam,
-and prints one markdown row (docs/perf.md, "1-bit Adam"):
+link bandwidths, 2 ranks x 1 thread. Each round runs, in turn, AdamW at the floor link
+(--floor-gbps, the fastest: its communication is nearly free there) and, for each bandwidth,
+AdamW then 1-bit Adam (the floor run is the row's own AdamW run when the floor link is
+among the bandwidths); rounds alternate the order of the bandwidths so that a shared
+machine's drift hits all alike. Prints one markdown row per bandwidth (docs/perf.md,
+"1-bit Adam"), medians over the rounds:
 
   AdamW step: median step time of steps 3.. (the first two are cold);
   1-bit step: median step time of the compressed steps after the first one;
+  speed-up:   AdamW step / 1-bit step (with the range over the rounds when --rounds > 1);
+  ceiling:    AdamW step / AdamW's step at the floor link: the speed-up of a 1-bit step
+              whose exchange cost nothing, on this machine's compute;
   compute:    1-bit Adam's median data + forward + backward + optimizer + other of those steps;
   comm:       their median time in flight of the compressed exchange;
   fit:        1-bit step / (compute + comm) - 1 (the target is within 25%);
   volume:     AdamW's bytes sent per rank per step / 1-bit Adam's compressed-stage bytes.
 
-Usage: tools/bench_onebit.py [--bandwidths 10,1,0.25,0.1] [--steps 10] [--np 2]
-                             [--bin build/ringstep] [--set key=value ...]
+Usage: tools/bench_onebit.py [--bandwidths 10,1,0.25,0.1] [--rounds 1] [--steps 10]
+                             [--floor-gbps 10] [--np 2] [--bin build/ringstep] [--set key=value ...]
 """
 import argparse
 import json
 import statistics
 import subprocess
+import sys
 import tempfile
 
 
@@ -36,18 +44,38 @@ def med(recs, f):
     return statistics.median(f(r) for r in recs)
 
 
-def row(args, gbps, tmp):
-    adamw = train(args, f"{tmp}/adamw_{gbps}", "adamw", gbps)[2:]
-    onebit = train(args, f"{tmp}/onebit_{gbps}", "onebit_adam", gbps)
-    compressed = [r for r in onebit if r.get("stage") == "compressed"][1:]
-    t_adamw = med(adamw, lambda r: r["time_ms"]["step"])
-    t_onebit = med(compressed, lambda r: r["time_ms"]["step"])
-    compute = med(compressed, lambda r: r["time_ms"]["step"] - r["time_ms"]["comm_exposed"])
-    comm = med(compressed, lambda r: r["time_ms"]["comm"])
-    volume = med(adamw, lambda r: r["comm_sent_bytes"]) / med(compressed,
-                                                              lambda r: r["comm_sent_bytes"])
-    err = med(compressed, lambda r: r["compression_error"])
-    return (f"| {gbps} | {t_adamw:.0f} | {t_onebit:.0f} | {t_adamw / t_onebit:.2f}x | "
+def adamw_run(args, tmp, gbps):
+    """AdamW's steady steps' (step ms, bytes sent per rank)."""
+    recs = train(args, f"{tmp}/adamw_{gbps}", "adamw", gbps)[2:]
+    return med(recs, lambda r: r["time_ms"]["step"]), med(recs, lambda r: r["comm_sent_bytes"])
+
+
+def onebit_run(args, tmp, gbps):
+    """1-bit Adam's compressed steps after the first: step, compute, comm ms, bytes, error."""
+    recs = train(args, f"{tmp}/onebit_{gbps}", "onebit_adam", gbps)
+    c = [r for r in recs if r.get("stage") == "compressed"][1:]
+    if not c:
+        sys.exit("bench_onebit: no compressed step after the first; raise --steps")
+    return (med(c, lambda r: r["time_ms"]["step"]),
+            med(c, lambda r: r["time_ms"]["step"] - r["time_ms"]["comm_exposed"]),
+            med(c, lambda r: r["time_ms"]["comm"]), med(c, lambda r: r["comm_sent_bytes"]),
+            med(c, lambda r: r["compression_error"]))
+
+
+def row(gbps, adamw, onebit, floor):
+    """ADAMW, ONEBIT: per-round results at GBPS; FLOOR: per-round AdamW steps at the floor."""
+    t_adamw = statistics.median(a[0] for a in adamw)
+    t_onebit = statistics.median(o[0] for o in onebit)
+    speedups = [a[0] / o[0] for a, o in zip(adamw, onebit)]
+    speedup = f"{statistics.median(speedups):.2f}x"
+    if len(speedups) > 1:
+        speedup += f" ({min(speedups):.2f}-{max(speedups):.2f})"
+    ceiling = statistics.median(a[0] / f for a, f in zip(adamw, floor))
+    compute = statistics.median(o[1] for o in onebit)
+    comm = statistics.median(o[2] for o in onebit)
+    volume = statistics.median(a[1] for a in adamw) / statistics.median(o[3] for o in onebit)
+    err = statistics.median(o[4] for o in onebit)
+    return (f"| {gbps} | {t_adamw:.0f} | {t_onebit:.0f} | {speedup} | {ceiling:.2f}x | "
             f"{compute:.0f} | {comm:.0f} | {100 * (t_onebit / (compute + comm) - 1):+.0f}% | "
             f"{volume:.1f} | {err:.3f} |")
 
@@ -55,17 +83,34 @@ def row(args, gbps, tmp):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--bandwidths", default="10,1,0.25,0.1")
+    p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--floor-gbps", default="10")
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--bin", default="build/ringstep")
     p.add_argument("--set", action="append", default=[], dest="extra")
     args = p.parse_args()
-    print("| link Gb/s | AdamW step ms | 1-bit step ms | speed-up | 1-bit compute ms | "
-          "1-bit comm ms | fit | volume AdamW/1-bit | compression error |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    bandwidths = args.bandwidths.split(",")
+    adamw = {g: [] for g in bandwidths}
+    onebit = {g: [] for g in bandwidths}
+    floor = []
     with tempfile.TemporaryDirectory() as tmp:
-        for gbps in args.bandwidths.split(","):
-            print(row(args, gbps, tmp), flush=True)
+        for r in range(args.rounds):
+            print(f"bench_onebit: round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
+            if args.floor_gbps not in bandwidths:
+                floor.append(adamw_run(args, tmp, args.floor_gbps)[0])
+            for gbps in (bandwidths if r % 2 == 0 else bandwidths[::-1]):
+                adamw[gbps].append(adamw_run(args, tmp, gbps))
+                onebit[gbps].append(onebit_run(args, tmp, gbps))
+            if args.floor_gbps in bandwidths:
+                floor.append(adamw[args.floor_gbps][-1][0])
+    print(f"AdamW at the floor link ({args.floor_gbps} Gb/s): step "
+          f"{statistics.median(floor):.0f} ms (median of {len(floor)})")
+    print("| link Gb/s | AdamW step ms | 1-bit step ms | speed-up | ceiling | 1-bit compute ms | "
+          "1-bit comm ms | fit | volume AdamW/1-bit | compression error |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for gbps in bandwidths:
+        print(row(gbps, adamw[gbps], onebit[gbps], floor))
 
 
 if __name__ == "__main__":
