@@ -85,9 +85,12 @@ class OneBitAdam {
 
 namespace ringstep {
 
-// What a 1-bit Adam config on WORLD ranks will not do as asked, one line per point: one rank
-// (nothing to compress: plain Adam), freeze_step >= train.steps (the variance never freezes:
-// plain Adam); "" when there is nothing to say or the optimizer is AdamW.
+// What a 1-bit Adam config on WORLD ranks will not do as asked, or does at a known cost, in
+// one line: one rank (nothing to compress: plain Adam), freeze_step >= train.steps (the
+// variance never freezes: plain Adam), beta2 < kOneBitMinBeta2 (the frozen variance is a
+// short average; docs/optim.md); "" when there is nothing to say or the optimizer is AdamW.
+inline constexpr double kOneBitMinBeta2 = 0.99;
+std::string onebit_warning(const Config& cfg, int world);
 std::string onebit_warning(const Config& cfg, int world);
 
 }  // namespace ringstep

@@ -130,7 +130,13 @@ TEST(OneBitAdam, WarnsWhenItWillRunAsPlainAdam) {
   cfg.optimizer.name = OptimizerKind::onebit_adam;
   cfg.train.steps = 100;
   cfg.optimizer.onebit.freeze_step = 20;
+  cfg.optimizer.betas = {0.9, 0.999};
   EXPECT_EQ(onebit_warning(cfg, 2), "");
+  cfg.optimizer.betas = {0.9, 0.95};  // the default: a short-memory variance is frozen
+  EXPECT_NE(onebit_warning(cfg, 2).find("betas[1] is 0.95: the variance averages about 20 "
+                                        "steps and is frozen at step 20"),
+            std::string::npos)
+      << onebit_warning(cfg, 2);
   EXPECT_NE(onebit_warning(cfg, 1).find("nothing to compress"), std::string::npos);
   cfg.optimizer.onebit.freeze_step = 100;
   EXPECT_NE(onebit_warning(cfg, 2).find("freeze_step (100) >= train.steps (100)"),
