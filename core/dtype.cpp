@@ -154,7 +154,25 @@ void narrow_from_fp32(DType dt, const float* in, uint16_t* out, size_t n) {
     fp32_to_fp16(in, out, n);
 }
 
+namespace {
+
+// fp32_to_bf16 then bf16_to_fp32 of one value, on its bits: the rounding of fp32_to_bf16
+// with the low 16 bits cleared instead of shifted out (a NaN keeps its sign and top payload
+// bits and gets the quiet bit, as there). A plain loop of it vectorises.
+uint32_t round_bits_to_bf16(uint32_t bits) {
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  return nan ? (bits & 0xFFFF0000u) | 0x00400000u : rounded;
+}
+
+}  // namespace
+
 void round_to_dtype(DType dt, const float* in, float* out, size_t n) {
+  if (dt == DType::bf16) {
+    for (size_t i = 0; i < n; ++i)
+      out[i] = std::bit_cast<float>(round_bits_to_bf16(std::bit_cast<uint32_t>(in[i])));
+    return;
+  }
   constexpr size_t kChunk = 512;  // the 16-bit bits of one chunk stay in L1
   uint16_t bits[kChunk];
   for (size_t i = 0; i < n; i += kChunk) {
