@@ -90,6 +90,10 @@ def main():
     p.add_argument("--bin", default="build/ringstep")
     p.add_argument("--set", action="append", default=[], dest="extra")
     args = p.parse_args()
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    if args.steps < 5:  # AdamW's first two steps are cold; 1-bit needs two compressed steps
+        p.error("--steps must be at least 5 (bench_onebit.yaml freezes after step 3)")
     bandwidths = args.bandwidths.split(",")
     adamw = {g: [] for g in bandwidths}
     onebit = {g: [] for g in bandwidths}
