@@ -92,20 +92,19 @@ std::string onebit_warning(const Config& cfg, int world) {
     return "optimizer.name is onebit_adam on one rank: nothing to compress, the run is plain "
            "Adam (AdamW)";
   const int freeze = cfg.optimizer.onebit.freeze_step, steps = cfg.train.steps;
+  if (freeze >= steps)
+    return "optimizer.onebit.freeze_step (" + std::to_string(freeze) + ") >= train.steps (" +
+           std::to_string(steps) +
+           "): the variance never freezes and the run is plain Adam (AdamW); DeepSpeed advises "
+           "15-25% of the steps";
   const double beta2 = cfg.optimizer.betas[1];
-  if (freeze < steps && beta2 >= kOneBitMinBeta2) return "";
-  if (freeze < steps) {
-    std::ostringstream w;
-    w << "optimizer.betas[1] is " << beta2 << ": the variance averages about "
-      << int(std::lround(1.0 / (1.0 - beta2))) << " steps and is frozen at step " << freeze
-      << "; 1-bit Adam's authors use 0.999, which kept real-text runs within 0.04 nats of "
-         "AdamW where 0.95 left up to 0.08 (docs/optim.md)";
-    return w.str();
-  }
-  return "optimizer.onebit.freeze_step (" + std::to_string(freeze) + ") >= train.steps (" +
-         std::to_string(steps) +
-         "): the variance never freezes and the run is plain Adam (AdamW); DeepSpeed advises "
-         "15-25% of the steps";
+  if (beta2 >= kOneBitMinBeta2) return "";
+  std::ostringstream w;
+  w << "optimizer.betas[1] is " << beta2 << ": the variance averages about "
+    << int(std::lround(1.0 / (1.0 - beta2))) << " steps and is frozen at step " << freeze
+    << "; 1-bit Adam's authors use 0.999, which kept real-text runs within 0.04 nats of "
+       "AdamW where 0.95 left up to 0.08 (docs/optim.md)";
+  return w.str();
 }
 
 }  // namespace ringstep

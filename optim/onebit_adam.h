@@ -91,6 +91,5 @@ namespace ringstep {
 // short average; docs/optim.md); "" when there is nothing to say or the optimizer is AdamW.
 inline constexpr double kOneBitMinBeta2 = 0.99;
 std::string onebit_warning(const Config& cfg, int world);
-std::string onebit_warning(const Config& cfg, int world);
 
 }  // namespace ringstep
