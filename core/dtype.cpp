@@ -56,14 +56,24 @@ float fp16_to_fp32(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
+namespace {
+
+// The fp32 bits of BITS rounded to bf16, the low 16 bits cleared: the one bf16 rounding
+// rule (fp32_to_bf16 keeps the high half, round_to_dtype all of it). Round to nearest even
+// on the 16 dropped bits; overflow carries into inf, and subnormals need no special case
+// because bf16 shares fp32's exponent. Truncating a NaN whose payload sits in the low 16
+// bits would give inf, so a NaN keeps its sign and top payload bits and gets the quiet
+// bit. Branch-free, so a plain loop of it vectorises.
+uint32_t round_bits_to_bf16(uint32_t bits) {
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  return nan ? (bits & 0xFFFF0000u) | 0x00400000u : rounded;
+}
+
+}  // namespace
+
 uint16_t fp32_to_bf16(float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x);
-  // Truncating a NaN whose payload sits in the low 16 bits would give inf; setting the
-  // quiet bit keeps it a NaN.
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  // Round to nearest even on the 16 dropped bits; overflow carries into inf, subnormals
-  // need no special case because bf16 shares fp32's exponent.
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  return static_cast<uint16_t>(round_bits_to_bf16(std::bit_cast<uint32_t>(x)) >> 16);
 }
 
 float bf16_to_fp32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
@@ -153,19 +163,6 @@ void narrow_from_fp32(DType dt, const float* in, uint16_t* out, size_t n) {
   else
     fp32_to_fp16(in, out, n);
 }
-
-namespace {
-
-// fp32_to_bf16 then bf16_to_fp32 of one value, on its bits: the rounding of fp32_to_bf16
-// with the low 16 bits cleared instead of shifted out (a NaN keeps its sign and top payload
-// bits and gets the quiet bit, as there). A plain loop of it vectorises.
-uint32_t round_bits_to_bf16(uint32_t bits) {
-  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
-  return nan ? (bits & 0xFFFF0000u) | 0x00400000u : rounded;
-}
-
-}  // namespace
 
 void round_to_dtype(DType dt, const float* in, float* out, size_t n) {
   if (dt == DType::bf16) {
