@@ -137,7 +137,11 @@ inline void check_goldens(Communicator* comm, int rank, int world) {
   std::filesystem::remove_all(out);
   const std::string fingerprint = golden_fingerprint();
   nlohmann::ordered_json all = nlohmann::ordered_json::object();
-  if (std::ifstream in(golden_file(world)); in) all = nlohmann::ordered_json::parse(in);
+  if (std::ifstream in(golden_file(world)); in)
+    all = nlohmann::ordered_json::parse(in);
+  else
+    ASSERT_TRUE(record) << "no golden file " << golden_file(world)
+                        << "; record it with RINGSTEP_GOLDEN_RECORD=1";
   if (record) {
     all[fingerprint] = got;
     std::ofstream(golden_file(world)) << all.dump(2) << "\n";
