@@ -1,6 +1,7 @@
-// gemm16 (bf16 inputs, fp32 accumulation) against OpenBLAS sgemm on the fp32 copies of the
-// same operands, for every GEMM shape one small.yaml step runs (1024 tokens, C = 384, vocab
-// head 256) and the attention head products. Counter GFLOPs = 2 M N K / time / 1e9.
+// gemm16 (bf16 inputs, fp32 accumulation) against OpenBLAS sgemm and our sgemm (sgemm.h) on
+// the fp32 copies of the same operands, for every GEMM shape one small.yaml step runs (1024
+// tokens, C = 384, vocab head 256), the attention head products and the trainer's peak
+// probe (2048^3). Counter GFLOPs = 2 M N K / time / 1e9.
 //
 //   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 build/bench/gemm16_bench
 //
@@ -15,6 +16,7 @@
 
 #include "core/cpu/blas_env.h"
 #include "core/cpu/gemm16.h"
+#include "core/cpu/sgemm.h"
 #include "core/dtype.h"
 
 #ifdef RINGSTEP_HAVE_BLAS
@@ -56,6 +58,7 @@ std::vector<Shape> trainer_shapes() {
   }
   shapes.push_back({"attn/qk", false, true, 256, 256, 64, 0.0f, 3 * kC, 3 * kC});
   shapes.push_back({"attn/pv", false, false, 256, 64, 256, 0.0f, 256, 3 * kC});
+  shapes.push_back({"probe/2048", false, false, 2048, 2048, 2048, 0.0f});
   return shapes;
 }
 
@@ -117,6 +120,20 @@ void bench_sgemm(benchmark::State& state, const Shape& s) {
   set_flops(state, s);
 }
 
+// sgemm as the trainer calls it: our kernel where sgemm.h picks it (context "sgemm_kernel").
+void bench_sgemm_ours(benchmark::State& state, const Shape& s) {
+  Operands op(s);
+  ringstep::cpu::sgemm_force_openblas(false);
+  for (auto _ : state) {
+    (void)_;
+    ringstep::cpu::sgemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, op.a32.data(), op.lda,
+                         op.b32.data(), op.ldb, s.beta, op.c.data(), op.ldc);
+    benchmark::DoNotOptimize(op.c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, s);
+}
+
 // The two ways to write C = op(A) op(B) over old contents (a backward dX): zero C with
 // memset and add with beta = 1, or beta = 0 (OpenBLAS then zeroes C in its own pass).
 void bench_sgemm_written(benchmark::State& state, const Shape& s, bool memset_first) {
@@ -141,6 +158,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   benchmark::AddCustomContext("gemm16_kernel", ringstep::cpu::gemm16_kernel(DType::bf16));
   benchmark::AddCustomContext("blas", ringstep::blas_description());
+  benchmark::AddCustomContext("sgemm_kernel", ringstep::cpu::sgemm_kernel());
   // Shapes interleave the two kernels so that both see the same phase of a drifting host.
   for (const Shape& s : trainer_shapes()) {
     benchmark::RegisterBenchmark(("gemm16_bf16/" + s.name).c_str(), bench_gemm16, s)
@@ -149,6 +167,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("sgemm_fp32/" + s.name).c_str(), bench_sgemm, s)
         ->Unit(benchmark::kMicrosecond);
 #endif
+    benchmark::RegisterBenchmark(("sgemm_ours/" + s.name).c_str(), bench_sgemm_ours, s)
+        ->Unit(benchmark::kMicrosecond);
   }
 #ifdef RINGSTEP_HAVE_BLAS
   for (const Shape& s : trainer_shapes()) {

@@ -6,6 +6,7 @@
 
 #include "core/cpu/blas_env.h"
 #include "core/cpu/gemm16.h"
+#include "core/cpu/sgemm.h"
 #include "core/stats.h"
 #include "models/gpt.h"
 #include "optim/loss_scaler.h"
@@ -149,10 +150,10 @@ void print_header(const Config& cfg, const RunFacts& f, const Gpt& model,
   print_data_and_batch(cfg, f);
   std::printf(
       "  compute    %d ranks; per rank one OpenMP pool of %d threads shared by our loops and "
-      "%s, idle threads %s%s; peak %.1f GFLOP/s/rank (%s)\n",
+      "%s, idle threads %s%s; fp32 products on %s; peak %.1f GFLOP/s/rank (%s)\n",
       f.world, f.threads, blas_description().c_str(), omp_wait_description().c_str(),
       f.world > 1 ? "; + 1 comm engine thread (sleeps when no collective is queued)" : "",
-      f.peak_gflops, f.peak_source.c_str());
+      cpu::sgemm_kernel(), f.peak_gflops, f.peak_source.c_str());
   std::printf(
       "  memory     params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activation arena "
       "%.2f MiB reserved",

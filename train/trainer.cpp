@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "core/checksum.h"
 #include "core/cpu/gemm16.h"
 #include "core/cpu/peak.h"
+#include "core/cpu/sgemm.h"
 #include "core/cuda/device.h"
 #include "core/cuda/gpu_peak.h"
 #include "core/error.h"
@@ -41,8 +43,13 @@ std::string peak_source(const Config& cfg, DType act_dtype) {
   if (cfg.run.device == Device::cuda)
     return cuda_device_name() + ": " +
            gpu_peak_source(cuda_device_name(), act_dtype, cfg.precision.tf32);
-  return std::string("measured: 1-thread ") +
-         (act_dtype == DType::f32 ? "SGEMM" : cpu::gemm16_kernel(act_dtype)) + " x threads";
+  const bool sgemm = act_dtype == DType::f32 || cpu::gemm16_widens(act_dtype);
+  const std::string kernel =
+      !sgemm ? std::string(cpu::gemm16_kernel(act_dtype))
+      : std::strcmp(cpu::sgemm_kernel(), "openblas") == 0
+          ? std::string("SGEMM (OpenBLAS)")
+          : std::string("SGEMM (best of ") + cpu::sgemm_kernel() + " and OpenBLAS)";
+  return "measured: 1-thread " + kernel + " x threads";
 }
 
 // The trace window clipped to the run. A window past the end is a warning, not an error:

@@ -2,10 +2,10 @@
 // gemm16_amx.cpp, the only file compiled with the AMX flags: no tile instruction runs before
 // the CPUID and permission check below.
 //
-// fp32-sgemm kernel: both 16-bit operands are widened to fp32 (exact for bf16 and fp16) in
-// their stored layout and handed to one sgemm with the same transposes. OpenBLAS splits
-// level-3 work over M and N only, never K, so the result does not depend on its threads.
-// Builds without BLAS use a plain fixed-order loop instead (slow, but deterministic).
+// fp32-sgemm kernel: both 16-bit operands go to sgemm (sgemm.h) with the same transposes,
+// which widens them to fp32 (exact for bf16 and fp16) as it packs them. Its bits
+// do not depend on the thread count on our kernel; on OpenBLAS's (AVX-512 hosts) the
+// SkylakeX kernels split M and N only, which keeps that too (docs/perf.md section 14).
 #include "core/cpu/gemm16.h"
 
 #include <algorithm>
@@ -15,14 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu/sgemm.h"
+
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#endif
-
-#ifdef RINGSTEP_HAVE_BLAS
-#include <cblas.h>
 #endif
 
 namespace ringstep::cpu {
@@ -37,9 +35,6 @@ void gemm16_amx_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alph
 }  // namespace detail
 
 namespace {
-
-// Below this many multiply-adds the conversions run on one thread.
-constexpr double kParallelMinMacs = double(1 << 22);
 
 // CPUID leaf 7, sub-leaf 0 (Intel SDM vol. 2A, table 3-8): EBX bits 16/30/31 = AVX-512
 // F/BW/VL (the packing code), EDX bits 22/24 = AMX-BF16/AMX-TILE. Then Linux only lets a
@@ -82,21 +77,6 @@ bool use_amx(DType dt) {
   return dt == DType::bf16 && !forced_fallback().load(std::memory_order_relaxed) && amx_usable();
 }
 
-// Widens a rows x cols 16-bit matrix (leading dim ld) into a dense fp32 one (leading dim
-// cols) held in a per-thread buffer that only grows.
-const float* widen(DType dt, const uint16_t* src, int rows, int cols, int ld,
-                   std::vector<float>& buf, bool parallel) {
-  buf.resize(std::max<size_t>(buf.size(), size_t(rows) * cols));
-  float* out = buf.data();
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int r = 0; r < rows; ++r) {
-    const uint16_t* in = src + size_t(r) * ld;
-    float* o = out + size_t(r) * cols;
-    widen_to_fp32(dt, in, o, size_t(cols));
-  }
-  return out;
-}
-
 // C = beta * C over M x N, with beta == 0 writing zeros whatever C held.
 void scale_c(int M, int N, float beta, float* C, int ldc) {
   if (beta == 1.0f) return;
@@ -110,69 +90,15 @@ void scale_c(int M, int N, float beta, float* C, int ldc) {
   }
 }
 
-#ifndef RINGSTEP_HAVE_BLAS
-// C += alpha * op(a) op(b) in fp32 without BLAS (a, b as stored, with leading dims lda,
-// ldb). Each row of C is the sum over k, in increasing order, of a(i, k) times row k of
-// op(b), so every element's rounding is fixed whatever the thread count or vector width.
-// (Eigen's GEMM cannot be used here: it picks its K blocking from its thread count.)
-void gemm_f32_fixed_order(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                          const float* a, int lda, const float* b, int ldb, float* C, int ldc,
-                          bool parallel) {
-  thread_local std::vector<float> b_kn_buf;
-  const float* b_kn = b;  // op(b) as a dense K x N matrix (ldb == N when not transposed)
-  if (trans_b) {
-    b_kn_buf.resize(std::max<size_t>(b_kn_buf.size(), size_t(K) * N));
-    for (int j = 0; j < N; ++j) {
-      for (int k = 0; k < K; ++k) b_kn_buf[size_t(k) * N + j] = b[size_t(j) * ldb + k];
-    }
-    b_kn = b_kn_buf.data();
-  }
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> acc(static_cast<size_t>(N));
-#pragma omp for schedule(static)
-    for (int i = 0; i < M; ++i) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int k = 0; k < K; ++k) {
-        const float a_ik = trans_a ? a[size_t(k) * lda + i] : a[size_t(i) * lda + k];
-        const float* b_row = b_kn + size_t(k) * N;
-        for (int j = 0; j < N; ++j) acc[j] += a_ik * b_row[j];
-      }
-      float* c = C + size_t(i) * ldc;
-      for (int j = 0; j < N; ++j) c[j] += alpha * acc[j];
-    }
-  }
-}
-#endif
-
-// An operand as the fp32 sgemm reads it: OP's widening when the caller holds one, else its
-// bits widened into BUF (a rows x cols dense matrix). Sets LD to the leading dim returned.
-const float* wide_operand(DType dt, const Operand16& op, int rows, int cols,
-                          std::vector<float>& buf, bool parallel, int& ld) {
-  if (op.wide != nullptr) {
-    ld = op.ld_wide;
-    return op.wide;
-  }
-  ld = cols;
-  return widen(dt, op.bits, rows, cols, op.ld, buf, parallel);
+// An operand as sgemm reads it: OP's widening when the caller holds one, else its bits.
+SgemmOperand sgemm_operand(DType dt, const Operand16& op) {
+  if (op.wide != nullptr) return {op.wide, nullptr, DType::f32, op.ld_wide};
+  return {nullptr, op.bits, dt, op.ld};
 }
 
 void gemm16_sgemm(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                   const Operand16& A, const Operand16& B, float beta, float* C, int ldc) {
-  thread_local std::vector<float> a_buf, b_buf;
-  const bool parallel = double(M) * N * K >= kParallelMinMacs;
-  // Stored shapes: A is K x M when transposed, B is N x K when transposed.
-  int lda = 0, ldb = 0;
-  const float* a = wide_operand(dt, A, trans_a ? K : M, trans_a ? M : K, a_buf, parallel, lda);
-  const float* b = wide_operand(dt, B, trans_b ? N : K, trans_b ? K : N, b_buf, parallel, ldb);
-  // Zeroed first so that NaNs in C are ignored for beta == 0 on every BLAS.
-  scale_c(M, N, beta, C, ldc);
-#ifdef RINGSTEP_HAVE_BLAS
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, a, lda, b, ldb, 1.0f, C, ldc);
-#else
-  gemm_f32_fixed_order(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, C, ldc, parallel);
-#endif
+  sgemm(trans_a, trans_b, M, N, K, alpha, sgemm_operand(dt, A), sgemm_operand(dt, B), beta, C, ldc);
 }
 
 void check_args(DType dt, bool trans_a, bool trans_b, int M, int N, int K, const Operand16& A,

@@ -1,6 +1,6 @@
-// CPU ops except attention (ops_attention.cpp). Formulas follow llm.c's train_gpt2.c; the
-// matrix products go through Eigen maps on the caller's buffers so that, with
-// EIGEN_USE_BLAS, each one is a single sgemm/dgemm call with no copies. The other ops make
+// CPU ops except attention (ops_attention.cpp). Formulas follow llm.c's train_gpt2.c; each
+// matrix product is one gemm call on the caller's buffers (gemm.h: sgemm with the bias
+// folded into the write of C in float, Eigen/dgemm in double). The other ops make
 // one pass over memory per direction (a row of C or V values stays in L1 while it is
 // reduced and written), vectorised by Eigen's array expressions, which include vector
 // exp and tanh for float.
@@ -9,7 +9,9 @@
 // order, so results do not depend on the thread count; row-parallel loops write disjoint
 // rows.
 #include "core/cpu/ops.h"
+
 #include "core/cpu/eigen_maps.h"
+#include "core/cpu/gemm.h"
 
 // GCC 12 reports its own _mm512_undefined_* intrinsics (inlined through Eigen's AVX-512
 // packets) as maybe-uninitialized; a known false positive (GCC bug 105593).
@@ -100,30 +102,14 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
-  const ConstMatrixMap<T> x(inp, N, C), w(weight, OC, C);
-  MatrixMap<T> y(out, N, OC);
-  // Eigen's BLAS path always calls gemm with beta = 1 (a plain `=` zero-fills first), so
-  // the bias is written first and the product added onto it.
-  if (bias != nullptr) {
-    y.rowwise() = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, OC);
-    y.noalias() += x * w.transpose();
-  } else {
-    y.noalias() = x * w.transpose();
-  }
+  gemm<T>(false, true, N, OC, C, T(1), inp, C, weight, C, T(0), out, OC, bias);
 }
 
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int C, int OC) {
-  const ConstMatrixMap<T> dy(dout, N, OC), x(inp, N, C), w(weight, OC, C);
-  if (dinp != nullptr) {
-    // Written: zeroed, then the product adds onto it. A beta = 0 sgemm is no faster: OpenBLAS
-    // zeroes C itself first, in a pass slower than memset's (docs/perf.md section 14).
-    MatrixMap<T> di(dinp, N, C);
-    di.setZero();
-    di.noalias() += dy * w;
-  }
-  MatrixMap<T>(dweight, OC, C).noalias() += dy.transpose() * x;
+  if (dinp != nullptr) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
+  gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
   if (dbias != nullptr) {
     ArrayMap<T> db(dbias, OC);
     for (int n = 0; n < N; ++n) db += ConstArrayMap<T>(dout + size_t(n) * OC, OC);

@@ -4,8 +4,8 @@
 // the cross-entropy's dlogits) is WRITTEN, old contents ignored, so the caller need not zero
 // it first. Where several consumers of one activation add up, the comment says +=.
 // Templated on the scalar (float for training, double for finite-difference tests).
-// Matrix products go through Eigen::Map on the caller's buffers (no copies); with
-// EIGEN_USE_BLAS Eigen hands them to OpenBLAS.
+// Matrix products run on the caller's buffers (no copies): sgemm.h's kernels in float,
+// Eigen (dgemm under EIGEN_USE_BLAS) in double.
 //
 // Shapes: B batch, Tt sequence length, C channels, NH heads (C % NH == 0), V vocabulary,
 // N = B*Tt rows.

@@ -1,18 +1,22 @@
 // Causal multi-head self-attention on the CPU. Per (batch, head) pair: S = q k^T / sqrt(hs),
-// causal mask, row softmax P, out = P v (Vaswani et al. 2017). Each product is one GEMM on
-// strided Eigen maps of the caller's buffers (a head's q, k, v are hs-wide column slices of
-// qkv with row stride 3C), so with EIGEN_USE_BLAS they go to sgemm/dgemm without copies.
+// causal mask, row softmax P, out = P v (Vaswani et al. 2017).
 //
 // Query rows go in blocks of kQueryBlock: block [r0, r0 + nr) only attends to keys
-// [0, r0 + nr), so the GEMMs skip the masked blocks above the diagonal (for T = 256 and
+// [0, r0 + nr), so the products skip the masked blocks above the diagonal (for T = 256 and
 // blocks of 64 they do 10/16 of the full T x T work; the exact causal half is 8/16).
 //
-// Pairs run in parallel; each writes only its own head's slices of out, att and dqkv, so
-// the result does not depend on the thread count. Inside that parallel loop OpenBLAS (its
-// OpenMP build) runs each GEMM on the calling thread.
-#include "core/cpu/ops.h"
+// Every product's B operand is a HeadOperand: in fp32 a PackedB (sgemm.h: prepared once
+// for our kernel, k and v once per head, the q and dout blocks once per block); in fp64
+// (the tests' reference precision) a strided view of the caller's buffer, multiplied by
+// gemm (gemm.h).
+//
+// Pairs run in parallel; each writes only its own head's slices of out, att and dqkv, and
+// every product runs on one thread, so the result does not depend on the thread count.
 #include "core/cpu/attention_rows.h"
 #include "core/cpu/eigen_maps.h"
+#include "core/cpu/gemm.h"
+#include "core/cpu/ops.h"
+#include "core/cpu/sgemm.h"
 
 // GCC 12 reports its own _mm512_undefined_* intrinsics (inlined through Eigen's AVX-512
 // packets) as maybe-uninitialized; a known false positive (GCC bug 105593).
@@ -33,17 +37,49 @@ namespace {
 
 using namespace attention_rows;
 
+// The B operand of a head's products, op(B) (K x N) with B(k, j) = trans ? b[j * ldb + k] :
+// b[k * ldb + j]. multiply computes C[M x N] = alpha * op(A) * B[0:K, 0:N] + beta * C
+// (row-major), with op(A)(i, k) = trans_a ? a[k * lda + i] : a[i * lda + k].
+template <typename T>
+class HeadOperand {
+ public:
+  void set(bool trans, const T* b, int ldb, int /*K*/, int /*N*/) {
+    trans_ = trans;
+    b_ = b;
+    ldb_ = ldb;
+  }
+  void multiply(bool trans_a, int M, int N, int K, T alpha, const T* a, int lda, T beta, T* c,
+                int ldc) const {
+    gemm<T>(trans_a, trans_, M, N, K, alpha, a, lda, b_, ldb_, beta, c, ldc);
+  }
 
-// The q, k or v slice (part 0, 1, 2) of head h of batch row b inside qkv[B, Tt, 3C].
-template <typename T>
-ConstStridedMap<T> head_slice(const T* qkv, int part, int b, int h, int Tt, int C, int hs) {
-  const T* p = qkv + size_t(b) * Tt * 3 * C + size_t(part) * C + size_t(h) * hs;
-  return ConstStridedMap<T>(p, Tt, hs, Eigen::OuterStride<>(3 * C));
+ private:
+  bool trans_ = false;
+  const T* b_ = nullptr;
+  int ldb_ = 0;
+};
+
+// In float, packed once for all the products that read it (sgemm.h).
+template <>
+class HeadOperand<float> {
+ public:
+  void set(bool trans, const float* b, int ldb, int K, int N) { packed_.pack(trans, b, ldb, K, N); }
+  void multiply(bool trans_a, int M, int N, int K, float alpha, const float* a, int lda, float beta,
+                float* c, int ldc) const {
+    gemm_packed(trans_a, M, N, K, alpha, a, lda, packed_, beta, c, ldc);
+  }
+
+ private:
+  PackedB packed_;
+};
+
+// Offsets of the q, k or v slice (part 0, 1, 2) of head h of batch row b inside
+// qkv[B, Tt, 3C] (row stride 3C), and of head h's slice of a [B, Tt, C] buffer.
+size_t qkv_offset(int part, int b, int h, int Tt, int C, int hs) {
+  return size_t(b) * Tt * 3 * C + size_t(part) * C + size_t(h) * hs;
 }
-template <typename T>
-StridedMap<T> head_slice(T* qkv, int part, int b, int h, int Tt, int C, int hs) {
-  T* p = qkv + size_t(b) * Tt * 3 * C + size_t(part) * C + size_t(h) * hs;
-  return StridedMap<T>(p, Tt, hs, Eigen::OuterStride<>(3 * C));
+size_t head_offset(int b, int h, int Tt, int C, int hs) {
+  return size_t(b) * Tt * C + size_t(h) * hs;
 }
 
 // Per-thread block of dP/dS, kept between calls; aligned for Eigen's packet loads.
@@ -58,23 +94,24 @@ T* scratch(size_t n) {
 
 template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tt, int C, int NH) {
-  const int hs = C / NH;
+  const int hs = C / NH, ld = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
   const int threads = head_loop_threads(B * NH);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
-    const auto q = head_slice(qkv, 0, b, h, Tt, C, hs);
-    const auto k = head_slice(qkv, 1, b, h, Tt, C, hs);
-    const auto v = head_slice(qkv, 2, b, h, Tt, C, hs);
-    StridedMap<T> o(out + size_t(b) * Tt * C + size_t(h) * hs, Tt, hs, Eigen::OuterStride<>(C));
-    MatrixMap<T> p(att + size_t(bh) * Tt * Tt, Tt, Tt);
+    const T* q = qkv + qkv_offset(0, b, h, Tt, C, hs);
+    thread_local HeadOperand<T> kt, v;  // k^T (hs x Tt) and v (Tt x hs)
+    kt.set(true, qkv + qkv_offset(1, b, h, Tt, C, hs), ld, hs, Tt);
+    v.set(false, qkv + qkv_offset(2, b, h, Tt, C, hs), ld, Tt, hs);
+    T* o = out + head_offset(b, h, Tt, C, hs);
+    T* p = att + size_t(bh) * Tt * Tt;
     for (int r0 = 0; r0 < Tt; r0 += kQueryBlock) {
       const int nr = std::min(kQueryBlock, Tt - r0), nk = r0 + nr;
-      auto pb = p.block(r0, 0, nr, nk);
-      pb.noalias() = scale * q.middleRows(r0, nr) * k.topRows(nk).transpose();
-      for (int i = 0; i < nr; ++i) causal_softmax_row(&p(r0 + i, 0), r0 + i, Tt);
-      o.middleRows(r0, nr).noalias() = pb * v.topRows(nk);
+      T* pb = p + size_t(r0) * Tt;
+      kt.multiply(false, nr, nk, hs, scale, q + size_t(r0) * ld, ld, T(0), pb, Tt);
+      for (int i = 0; i < nr; ++i) causal_softmax_row(pb + size_t(i) * Tt, r0 + i, Tt);
+      v.multiply(false, nr, hs, nk, T(1), pb, Tt, T(0), o + size_t(r0) * C, C);
     }
   }
 }
@@ -82,35 +119,39 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tt, int C, int N
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tt, int C,
                         int NH) {
-  const int hs = C / NH;
+  const int hs = C / NH, ld = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
   const int threads = head_loop_threads(B * NH);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
-    const auto q = head_slice(qkv, 0, b, h, Tt, C, hs);
-    const auto k = head_slice(qkv, 1, b, h, Tt, C, hs);
-    const auto v = head_slice(qkv, 2, b, h, Tt, C, hs);
-    auto dq = head_slice(dqkv, 0, b, h, Tt, C, hs);
-    auto dk = head_slice(dqkv, 1, b, h, Tt, C, hs);
-    auto dv = head_slice(dqkv, 2, b, h, Tt, C, hs);
-    const ConstStridedMap<T> dout_h(dout + size_t(b) * Tt * C + size_t(h) * hs, Tt, hs,
-                                    Eigen::OuterStride<>(C));
-    const ConstMatrixMap<T> p(att + size_t(bh) * Tt * Tt, Tt, Tt);
-    T* ds_buf = scratch<T>(size_t(kQueryBlock) * Tt);
+    const T* q = qkv + qkv_offset(0, b, h, Tt, C, hs);
+    const T* k = qkv + qkv_offset(1, b, h, Tt, C, hs);
+    const T* v = qkv + qkv_offset(2, b, h, Tt, C, hs);
+    T* dq = dqkv + qkv_offset(0, b, h, Tt, C, hs);
+    T* dk = dqkv + qkv_offset(1, b, h, Tt, C, hs);
+    T* dv = dqkv + qkv_offset(2, b, h, Tt, C, hs);
+    const T* dout_h = dout + head_offset(b, h, Tt, C, hs);
+    const T* p = att + size_t(bh) * Tt * Tt;
+    // Shared by every block: v^T (hs x Tt) and k (Tt x hs); per block: its q and dout rows.
+    thread_local HeadOperand<T> vt, kk, qb, dob;
+    vt.set(true, v, ld, hs, Tt);
+    kk.set(false, k, ld, Tt, hs);
+    T* ds = scratch<T>(size_t(kQueryBlock) * Tt);
     for (int r0 = 0; r0 < Tt; r0 += kQueryBlock) {
       const int nr = std::min(kQueryBlock, Tt - r0), nk = r0 + nr;
-      const auto pb = p.block(r0, 0, nr, nk);
-      const auto dob = dout_h.middleRows(r0, nr);
-      MatrixMap<T> ds(ds_buf, nr, nk);
-      ds.noalias() = dob * v.topRows(nk).transpose();  // dP
+      const T* pb = p + size_t(r0) * Tt;
+      const T* dout_b = dout_h + size_t(r0) * C;
+      vt.multiply(false, nr, nk, hs, T(1), dout_b, C, T(0), ds, nk);  // dP
       // Softmax backward: dS = P * (dP - rowsum(dP * P)); masked entries get exact zeros.
       for (int i = 0; i < nr; ++i) {
-        causal_softmax_backward_row(&ds(i, 0), p.data() + size_t(r0 + i) * Tt, r0 + i, nk);
+        causal_softmax_backward_row(ds + size_t(i) * nk, pb + size_t(i) * Tt, r0 + i, nk);
       }
-      dq.middleRows(r0, nr).noalias() += scale * ds * k.topRows(nk);
-      dk.topRows(nk).noalias() += scale * ds.transpose() * q.middleRows(r0, nr);
-      dv.topRows(nk).noalias() += pb.transpose() * dob;
+      kk.multiply(false, nr, hs, nk, scale, ds, nk, T(1), dq + size_t(r0) * ld, ld);
+      qb.set(false, q + size_t(r0) * ld, ld, nr, hs);
+      qb.multiply(true, nk, hs, nr, scale, ds, nk, T(1), dk, ld);  // dk += scale dS^T q
+      dob.set(false, dout_b, C, nr, hs);
+      dob.multiply(true, nk, hs, nr, T(1), pb, Tt, T(1), dv, ld);  // dv += P^T dout
     }
   }
 }

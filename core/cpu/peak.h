@@ -1,5 +1,6 @@
-// Measures this CPU's single-thread SGEMM throughput through the same path the model's
-// matrix products take (Eigen, handing off to OpenBLAS when EIGEN_USE_BLAS is on). MFU's
+// Measures this CPU's single-thread SGEMM throughput: the best of sgemm as the model's
+// products call it (sgemm.h) and, where that is our kernel and the build has BLAS,
+// OpenBLAS's cblas_sgemm, so that MFU is never flattered by a slow probe. MFU's
 // denominator on the CPU is this number times the compute threads (docs/metrics.md).
 #pragma once
 
@@ -7,8 +8,8 @@
 
 namespace ringstep {
 
-// Best of REPEATS timed SGEMMs of size DIM^3, in GFLOP/s, on one thread; restores the
-// thread count to THREADS_AFTER afterwards.
+// Best of REPEATS timed SGEMMs of size DIM^3 (per kernel, above), in GFLOP/s, on one
+// thread; restores the thread count to THREADS_AFTER afterwards.
 double measure_sgemm_gflops(int dim, int repeats, int threads_after);
 
 // The peak of the kernel the model's matrix products use with activations of dtype DT:

@@ -25,6 +25,7 @@
 #include "core/config.h"
 #include "core/cpu/blas_env.h"
 #include "core/cpu/gemm16.h"
+#include "core/cpu/sgemm.h"
 #include "core/dtype.h"
 #include "train/trainer.h"
 
@@ -78,8 +79,11 @@ inline Config golden_config(const GoldenCase& c, const std::string& out_dir) {
 }
 
 inline std::string golden_fingerprint() {
-  return blas_description() + "; bf16 " + cpu::gemm16_kernel(DType::bf16) + "; fp16 " +
-         cpu::gemm16_kernel(DType::f16);
+  // sgemm's kernel only when it is not OpenBLAS's, so that keys recorded before our kernel
+  // existed still name OpenBLAS runs (RINGSTEP_SGEMM=openblas).
+  const std::string sgemm = cpu::sgemm_kernel();
+  return blas_description() + (sgemm == "openblas" ? "" : "; sgemm " + sgemm) + "; bf16 " +
+         cpu::gemm16_kernel(DType::bf16) + "; fp16 " + cpu::gemm16_kernel(DType::f16);
 }
 
 inline std::string hex_bits(uint64_t bits) {

@@ -514,8 +514,9 @@ TEST(Ops, SoftmaxCrossEntropyMatchesNaiveAndFiniteDifferences) {
 
 // --------------------------------------------------------------------- float vs double
 
-// Every forward in float against the same forward in double, on one medium shape.
-TEST(Ops, FloatForwardMatchesDouble) {
+// Every forward in float against the same forward in double, on one medium shape, and
+// attention's backward (in float its products run on packed panels, panel_gemm.h).
+TEST(Ops, FloatMatchesDouble) {
   std::mt19937 rng(11);
   const Shape s{2, 70, 48, 4, 50};
   const int N = s.N(), C = s.C;
@@ -544,6 +545,9 @@ TEST(Ops, FloatForwardMatchesDouble) {
     attention_forward(o.data(), att.data(), qkvf.data(), s.B, s.Tt, C, s.NH);
     outs.push_back(o);
     outs.push_back(att);
+    std::vector<T> dqkv(qkvf.size(), T(0));
+    attention_backward(dqkv.data(), xf.data(), qkvf.data(), att.data(), s.B, s.Tt, C, s.NH);
+    outs.push_back(dqkv);
     gelu_forward(o.data(), xf.data(), o.size());
     outs.push_back(o);
     std::vector<T> losses(N), probs(size_t(N) * s.V);
@@ -555,8 +559,8 @@ TEST(Ops, FloatForwardMatchesDouble) {
   };
   const auto f = run(0.0f);
   const auto d = run(0.0);
-  const char* names[] = {"encoder",       "layernorm", "matmul", "attention out",
-                         "attention att", "gelu",      "losses", "probs"};
+  const char* names[] = {"encoder",        "layernorm", "matmul", "attention out", "attention att",
+                         "attention dqkv", "gelu",      "losses", "probs"};
   ASSERT_EQ(f.size(), d.size());
   for (size_t i = 0; i < f.size(); ++i) expect_close(f[i], d[i], kFloatTol, names[i]);
 }

@@ -1,7 +1,9 @@
-// Whether this machine's sgemm is thread-count invariant, for tests that assert bits
-// across thread counts, and the relative difference they fall back to where it is not. OpenBLAS splits M and N only, never K, yet on some CPUs (AMD Zen 3
-// with OpenBLAS's Zen kernels, docs/perf.md section 14) a row of C lands in an edge kernel
-// with another summation order when the split moves, so its bits follow the thread count.
+// Whether this machine's sgemm (sgemm.h, the kernel the model's products run on) is
+// thread-count invariant, for tests that assert bits across thread counts, and the
+// relative difference they fall back to where it is not. Our kernel always is; OpenBLAS
+// splits M and N only, never K, yet on some CPUs (AMD Zen 3 with OpenBLAS's Zen kernels,
+// docs/perf.md section 14) a row of C lands in an edge kernel with another summation order
+// when the split moves, so its bits follow the thread count.
 #pragma once
 
 #include <algorithm>
@@ -12,13 +14,11 @@
 #include <utility>
 #include <vector>
 
-#ifdef RINGSTEP_HAVE_BLAS
-#include <cblas.h>
-#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "core/cpu/sgemm.h"
 #include "core/threads.h"
 
 namespace ringstep::test {
@@ -26,7 +26,6 @@ namespace ringstep::test {
 // One and two threads give the same bits for products of the tests' shapes (row-major,
 // no transposes). Restores the compute thread count it found.
 inline bool SgemmThreadInvariant() {
-#ifdef RINGSTEP_HAVE_BLAS
   std::mt19937 gen(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
 #ifdef _OPENMP
@@ -41,16 +40,12 @@ inline bool SgemmThreadInvariant() {
     for (float& x : b) x = nd(gen);
     for (auto [threads, c] : {std::pair{1, &c1}, {2, &c2}}) {
       set_compute_threads(threads);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a.data(), K, b.data(),
-                  N, 0.0f, c->data(), N);
+      cpu::sgemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c->data(), N);
     }
     same = same && std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)) == 0;
   }
   set_compute_threads(saved);
   return same;
-#else
-  return true;  // the fixed-order fallback GEMM
-#endif
 }
 
 // max |a - b| / max |b| over two results of the same computation.

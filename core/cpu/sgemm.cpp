@@ -1,0 +1,480 @@
+// Our kernel's loops, outermost first (BLIS's names):
+//   jc: columns of C in blocks of kBlockCols;
+//   pc: k in blocks of kDepth; op(B)[pc, jc] is packed into panels of NR columns, shared
+//       by the threads (each packs some panels);
+//   ic: each thread's share of the rows, in blocks of kBlockRows; op(A)[ic, pc] is packed
+//       into panels of MR rows (72 x 256 floats: 72 KiB, in L2);
+//   jr, ir: one NR-column B panel (256 x 16 floats: 16 KiB, in L1) against every MR-row
+//       A panel of the block, one micro-kernel call each.
+#include "core/cpu/sgemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define RINGSTEP_SGEMM_AVX2 1
+#endif
+
+#ifdef RINGSTEP_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace ringstep::cpu {
+namespace {
+
+constexpr int MR = 6, NR = 16;
+// Measured against 72/144/288 rows and 256/384 deep on small.yaml's shapes (docs/perf.md).
+constexpr int kDepth = 384;
+constexpr int kBlockRows = 72;
+constexpr int kBlockCols = 4096;
+// Below this many multiply-adds a product runs on one thread.
+constexpr double kParallelMinMacs = double(1 << 21);
+
+// How a block of C is written: C = alpha * acc + beta * C + bias, as
+// fma(beta, C, alpha * acc) + bias[j] with the beta term only when beta != 0 and the bias
+// only when set: the same roundings on every path, so edges do not change bits.
+struct Write {
+  float alpha, beta;
+  const float* bias;  // at the block's first column, or null
+};
+
+inline float written(float acc, float old, int j, const Write& w) {
+  float t = w.alpha * acc;
+  if (w.beta != 0.0f) t = std::fma(w.beta, old, t);
+  if (w.bias != nullptr) t += w.bias[j];
+  return t;
+}
+
+#ifdef RINGSTEP_SGEMM_AVX2
+// The untransposed A's six rows SRC interleaved into AP (ap[k * 6 + r] = src[r][k]), four
+// k at a time: a 4 x 4 transpose of rows 0-3 and pairs of rows 4-5. Returns how many k it
+// did (a multiple of 4); the caller does the rest.
+int interleave_rows4(const float* const (&src)[MR], int kc, float* ap) {
+  int k = 0;
+  for (; k + 4 <= kc; k += 4, ap += 4 * MR) {
+    __m128 r0 = _mm_loadu_ps(src[0] + k), r1 = _mm_loadu_ps(src[1] + k);
+    __m128 r2 = _mm_loadu_ps(src[2] + k), r3 = _mm_loadu_ps(src[3] + k);
+    const __m128 r4 = _mm_loadu_ps(src[4] + k), r5 = _mm_loadu_ps(src[5] + k);
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);  // r0 = rows 0-3 at k, r1 at k + 1, ...
+    const __m128 lo = _mm_unpacklo_ps(r4, r5), hi = _mm_unpackhi_ps(r4, r5);
+    _mm_storeu_ps(ap + 0, r0);
+    _mm_storel_pi(reinterpret_cast<__m64*>(ap + 4), lo);
+    _mm_storeu_ps(ap + 6, r1);
+    _mm_storeh_pi(reinterpret_cast<__m64*>(ap + 10), lo);
+    _mm_storeu_ps(ap + 12, r2);
+    _mm_storel_pi(reinterpret_cast<__m64*>(ap + 16), hi);
+    _mm_storeu_ps(ap + 18, r3);
+    _mm_storeh_pi(reinterpret_cast<__m64*>(ap + 22), hi);
+  }
+  return k;
+}
+#endif
+
+// N values of S from element AT on, as fp32: in place, or widened into STAGE.
+const float* fetch(const SgemmOperand& s, size_t at, int n, float* stage) {
+  if (s.f32 != nullptr) return s.f32 + at;
+  widen_to_fp32(s.dt, s.bits + at, stage, size_t(n));
+  return stage;
+}
+
+// Per-thread room for the widened rows the packers read (16-bit operands only).
+float* stage(size_t n) {
+  thread_local std::vector<float, Eigen::aligned_allocator<float>> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// op(A)[i0 : i0 + mc, k0 : k0 + kc] as panels of MR rows (the last zero-padded), each
+// kc x MR with one k's MR values adjacent.
+void pack_a(bool trans, const SgemmOperand& A, int i0, int mc, int k0, int kc, float* ap) {
+  float* room = A.f32 != nullptr ? nullptr : stage(size_t(MR) * std::max(kc, mc));
+  if (trans) {  // one stored row (a k) at a time, read once from start to end
+    const int full = mc / MR * MR;
+    for (int k = 0; k < kc; ++k) {
+      const float* src = fetch(A, size_t(k0 + k) * A.ld + i0, mc, room);
+      for (int p = 0; p < full; p += MR)
+        std::memcpy(ap + size_t(p) * kc + k * MR, src + p, sizeof(float) * MR);
+      if (full < mc) {
+        float* dst = ap + size_t(full) * kc + k * MR;
+        for (int r = 0; r < MR; ++r) dst[r] = full + r < mc ? src[full + r] : 0.0f;
+      }
+    }
+    return;
+  }
+  for (int p = 0; p < mc; p += MR, ap += size_t(MR) * kc) {  // MR stored rows at a time
+    const int rows = std::min(MR, mc - p);
+    const float* src[MR];
+    for (int r = 0; r < MR; ++r) {
+      const int row = i0 + p + std::min(r, rows - 1);
+      src[r] = fetch(A, size_t(row) * A.ld + k0, kc, room + size_t(r) * kc);
+    }
+    int k = 0;
+#ifdef RINGSTEP_SGEMM_AVX2
+    if (rows == MR) k = interleave_rows4(src, kc, ap);
+#endif
+    for (; k < kc; ++k)
+      for (int r = 0; r < MR; ++r) ap[k * MR + r] = r < rows ? src[r][k] : 0.0f;
+  }
+}
+
+#ifdef RINGSTEP_SGEMM_AVX2
+// dst[k * NR + j] = src[j * ld + k] for j < 8, k < 8: an 8 x 8 transpose in registers.
+void transpose8(const float* src, size_t ld, float* dst) {
+  __m256 r[8], t[8];
+  for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(src + j * ld);
+  for (int j = 0; j < 8; j += 2) {
+    t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+    t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+  }
+  for (int j = 0; j < 8; j += 4) {
+    r[j] = _mm256_shuffle_ps(t[j], t[j + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int k = 0; k < 4; ++k) {
+    _mm256_store_ps(dst + k * NR, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
+    _mm256_store_ps(dst + (k + 4) * NR, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
+  }
+}
+#endif
+
+// Columns [j0, j0 + width) (width <= NR) of op(B)[k0 : k0 + kc, :] as one kc x NR panel,
+// zero-padded past WIDTH.
+void pack_b_panel(bool trans, const SgemmOperand& B, int k0, int kc, int j0, int width,
+                  float* dst) {
+  int k = 0;
+  if (trans) {  // column j of the panel is row j0 + j of the stored B
+    const float* src = B.f32 != nullptr ? B.f32 + size_t(j0) * B.ld + k0 : nullptr;
+    size_t ld = size_t(B.ld);
+    if (src == nullptr) {  // the panel's rows widened, kc apart
+      float* room = stage(size_t(NR) * kc);
+      for (int j = 0; j < width; ++j)
+        fetch(B, size_t(j0 + j) * B.ld + k0, kc, room + size_t(j) * kc);
+      src = room;
+      ld = size_t(kc);
+    }
+#ifdef RINGSTEP_SGEMM_AVX2
+    if (width == NR) {
+      for (; k + 8 <= kc; k += 8) {
+        transpose8(src + k, ld, dst + k * NR);
+        transpose8(src + 8 * ld + k, ld, dst + k * NR + 8);
+      }
+    }
+#endif
+    for (; k < kc; ++k)
+      for (int j = 0; j < NR; ++j) dst[k * NR + j] = j < width ? src[j * ld + k] : 0.0f;
+    return;
+  }
+  for (; k < kc; ++k) {
+    float* row = dst + k * NR;
+    const size_t at = size_t(k0 + k) * B.ld + j0;
+    if (B.f32 != nullptr) {
+      std::memcpy(row, B.f32 + at, sizeof(float) * width);
+    } else {
+      widen_to_fp32(B.dt, B.bits + at, row, size_t(width));
+    }
+    std::fill(row + width, row + NR, 0.0f);
+  }
+}
+
+void write_tile(const float (&acc)[MR][NR], int m, int n, const Write& w, float* c, int ldc) {
+  for (int r = 0; r < m; ++r) {
+    float* cr = c + size_t(r) * ldc;
+    for (int j = 0; j < n; ++j) cr[j] = written(acc[r][j], cr[j], j, w);
+  }
+}
+
+#ifdef RINGSTEP_SGEMM_AVX2
+// One MR x NR block of C from an A panel (kc x MR) and a B panel (kc x NR): two B loads, six
+// broadcasts and twelve FMAs per k. The accumulators are named variables, not an array: GCC
+// keeps an array of __m256 on the stack and stores it on every iteration.
+void micro_kernel(int kc, const float* __restrict ap, const float* __restrict bp, int m, int n,
+                  const Write& w, float* c, int ldc) {
+  // C's block is read or written only after the k loop: its lines arrive meanwhile.
+  for (int r = 0; r < m; ++r) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + size_t(r) * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + size_t(r) * ldc + NR - 1), _MM_HINT_T0);
+  }
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  for (int k = 0; k < kc; ++k, ap += MR, bp += NR) {
+    const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+    __m256 a = _mm256_broadcast_ss(ap + 0);
+    c00 = _mm256_fmadd_ps(a, b0, c00);
+    c01 = _mm256_fmadd_ps(a, b1, c01);
+    a = _mm256_broadcast_ss(ap + 1);
+    c10 = _mm256_fmadd_ps(a, b0, c10);
+    c11 = _mm256_fmadd_ps(a, b1, c11);
+    a = _mm256_broadcast_ss(ap + 2);
+    c20 = _mm256_fmadd_ps(a, b0, c20);
+    c21 = _mm256_fmadd_ps(a, b1, c21);
+    a = _mm256_broadcast_ss(ap + 3);
+    c30 = _mm256_fmadd_ps(a, b0, c30);
+    c31 = _mm256_fmadd_ps(a, b1, c31);
+    a = _mm256_broadcast_ss(ap + 4);
+    c40 = _mm256_fmadd_ps(a, b0, c40);
+    c41 = _mm256_fmadd_ps(a, b1, c41);
+    a = _mm256_broadcast_ss(ap + 5);
+    c50 = _mm256_fmadd_ps(a, b0, c50);
+    c51 = _mm256_fmadd_ps(a, b1, c51);
+  }
+  const __m256 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                             {c30, c31}, {c40, c41}, {c50, c51}};
+  if (m == MR && n == NR) {
+    const __m256 alpha = _mm256_set1_ps(w.alpha), beta = _mm256_set1_ps(w.beta);
+    for (int r = 0; r < MR; ++r) {
+      float* cr = c + size_t(r) * ldc;
+      for (int h = 0; h < 2; ++h) {
+        __m256 t = _mm256_mul_ps(alpha, acc[r][h]);
+        if (w.beta != 0.0f) t = _mm256_fmadd_ps(beta, _mm256_loadu_ps(cr + 8 * h), t);
+        if (w.bias != nullptr) t = _mm256_add_ps(t, _mm256_loadu_ps(w.bias + 8 * h));
+        _mm256_storeu_ps(cr + 8 * h, t);
+      }
+    }
+    return;
+  }
+  alignas(32) float tile[MR][NR];
+  for (int r = 0; r < MR; ++r) {
+    _mm256_store_ps(tile[r], acc[r][0]);
+    _mm256_store_ps(tile[r] + 8, acc[r][1]);
+  }
+  write_tile(tile, m, n, w, c, ldc);
+}
+#else
+// The same block in portable C++ (builds without AVX2 and FMA).
+void micro_kernel(int kc, const float* __restrict ap, const float* __restrict bp, int m, int n,
+                  const Write& w, float* c, int ldc) {
+  float acc[MR][NR] = {};
+  for (int k = 0; k < kc; ++k, ap += MR, bp += NR) {
+    for (int r = 0; r < MR; ++r)
+      for (int j = 0; j < NR; ++j) acc[r][j] = std::fma(ap[r], bp[j], acc[r][j]);
+  }
+  write_tile(acc, m, n, w, c, ldc);
+}
+#endif
+
+// A packed mc x kc block of A times the packed B panels covering N columns (panel q at
+// bp + q * panel_stride) into C[0:mc, 0:N].
+void macro_kernel(int mc, int N, int kc, const float* ap, const float* bp, size_t panel_stride,
+                  const Write& w, float* c, int ldc) {
+  for (int q = 0; q * NR < N; ++q) {
+    const int n = std::min(NR, N - q * NR);
+    const Write wq{w.alpha, w.beta, w.bias != nullptr ? w.bias + q * NR : nullptr};
+    for (int p = 0; p < mc; p += MR) {
+      micro_kernel(kc, ap + size_t(p) * kc, bp + q * panel_stride, std::min(MR, mc - p), n, wq,
+                   c + size_t(p) * ldc + q * NR, ldc);
+    }
+  }
+}
+
+// The write of k block K0: the caller's alpha, beta and bias for the first, accumulation
+// after it.
+Write block_write(int k0, float alpha, float beta, const float* bias) {
+  return k0 == 0 ? Write{alpha, beta, bias} : Write{alpha, 1.0f, nullptr};
+}
+
+// C = beta * C + bias, the whole product when K == 0.
+void scale_c(int M, int N, float beta, const float* bias, float* c, int ldc) {
+  const Write w{0.0f, beta, bias};
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j)
+      c[size_t(i) * ldc + j] = written(0.0f, c[size_t(i) * ldc + j], j, w);
+}
+
+float* aligned_scratch(std::vector<float, Eigen::aligned_allocator<float>>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+int product_threads(int M, int N, int K) {
+#ifdef _OPENMP
+  if (omp_in_parallel() || double(M) * N * K < kParallelMinMacs) return 1;
+  return std::min(omp_get_max_threads(), (M + MR - 1) / MR);
+#else
+  return 1;
+#endif
+}
+
+void sgemm_panels(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                  const SgemmOperand& a, const SgemmOperand& b, float beta, float* c, int ldc,
+                  const float* bias) {
+  thread_local std::vector<float, Eigen::aligned_allocator<float>> b_buf;
+  const int max_cols = (std::min(N, kBlockCols) + NR - 1) / NR * NR;
+  float* bp = aligned_scratch(b_buf, size_t(kDepth) * max_cols);
+  const int threads = product_threads(M, N, K);
+  const int row_tiles = (M + MR - 1) / MR;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+#ifdef _OPENMP
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+#else
+    const int t = 0, team = 1;
+#endif
+    // This thread's rows: whole register blocks, so edges fall where one thread's would.
+    const int share = (row_tiles + team - 1) / team * MR;
+    const int r0 = std::min(M, t * share), r1 = std::min(M, r0 + share);
+    thread_local std::vector<float, Eigen::aligned_allocator<float>> a_buf;
+    float* ap = aligned_scratch(a_buf, size_t(kBlockRows) * kDepth);
+    for (int jc = 0; jc < N; jc += kBlockCols) {
+      const int nc = std::min(kBlockCols, N - jc);
+      for (int k0 = 0; k0 < K; k0 += kDepth) {
+        const int kc = std::min(kDepth, K - k0);
+#pragma omp for schedule(static)
+        for (int q = 0; q < (nc + NR - 1) / NR; ++q) {
+          pack_b_panel(trans_b, b, k0, kc, jc + q * NR, std::min(NR, nc - q * NR),
+                       bp + size_t(q) * kc * NR);
+        }
+        const Write w = block_write(k0, alpha, beta, bias != nullptr ? bias + jc : nullptr);
+        for (int i0 = r0; i0 < r1; i0 += kBlockRows) {
+          const int mc = std::min(kBlockRows, r1 - i0);
+          pack_a(trans_a, a, i0, mc, k0, kc, ap);
+          macro_kernel(mc, nc, kc, ap, bp, size_t(kc) * NR, w, c + size_t(i0) * ldc + jc, ldc);
+        }
+#pragma omp barrier
+      }
+    }
+  }
+}
+
+#ifdef RINGSTEP_HAVE_BLAS
+void sgemm_openblas(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* a,
+                    int lda, const float* b, int ldb, float beta, float* c, int ldc,
+                    const float* bias) {
+  if (bias != nullptr) {  // C = beta * C + bias first, then the product adds onto it
+    scale_c(M, N, beta, bias, c, ldc);
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// S as cblas_sgemm reads it, a ROWS x COLS stored matrix: its fp32 values, or its bits
+// widened into BUF (dense, leading dim COLS). Sets LD to the leading dim returned.
+const float* openblas_operand(const SgemmOperand& s, int rows, int cols, bool parallel,
+                              std::vector<float>& buf, int& ld) {
+  ld = s.ld;
+  if (s.f32 != nullptr) return s.f32;
+  buf.resize(std::max<size_t>(buf.size(), size_t(rows) * cols));
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int r = 0; r < rows; ++r)
+    widen_to_fp32(s.dt, s.bits + size_t(r) * s.ld, buf.data() + size_t(r) * cols, size_t(cols));
+  ld = cols;
+  return buf.data();
+}
+#endif
+
+// Ours where OpenBLAS's kernels are no wider (AVX2 without AVX-512) or there is no BLAS.
+constexpr bool kOwnByDefault =
+#if !defined(RINGSTEP_HAVE_BLAS)
+    true;
+#elif defined(RINGSTEP_SGEMM_AVX2) && !defined(__AVX512F__)
+    true;
+#else
+    false;
+#endif
+
+bool env_forces_openblas() {
+  const char* v = std::getenv("RINGSTEP_SGEMM");
+  return v != nullptr && std::string(v) == "openblas";
+}
+
+std::atomic<bool>& forced_openblas() {
+  static std::atomic<bool> forced{env_forces_openblas()};
+  return forced;
+}
+
+bool use_own_kernel() {
+#ifdef RINGSTEP_HAVE_BLAS
+  return kOwnByDefault && !forced_openblas().load(std::memory_order_relaxed);
+#else
+  return true;
+#endif
+}
+
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const SgemmOperand& a,
+           const SgemmOperand& b, float beta, float* c, int ldc, const float* bias) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return scale_c(M, N, beta, bias, c, ldc);
+#ifdef RINGSTEP_HAVE_BLAS
+  if (!use_own_kernel()) {
+    thread_local std::vector<float> a_buf, b_buf;
+    const bool parallel = product_threads(M, N, K) > 1;
+    int lda = 0, ldb = 0;  // stored shapes: A is K x M when transposed, B is N x K
+    const float* af = openblas_operand(a, trans_a ? K : M, trans_a ? M : K, parallel, a_buf, lda);
+    const float* bf = openblas_operand(b, trans_b ? N : K, trans_b ? K : N, parallel, b_buf, ldb);
+    return sgemm_openblas(trans_a, trans_b, M, N, K, alpha, af, lda, bf, ldb, beta, c, ldc, bias);
+  }
+#endif
+  sgemm_panels(trans_a, trans_b, M, N, K, alpha, a, b, beta, c, ldc, bias);
+}
+
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* a, int lda,
+           const float* b, int ldb, float beta, float* c, int ldc, const float* bias) {
+  sgemm(trans_a, trans_b, M, N, K, alpha, SgemmOperand{a, nullptr, DType::f32, lda},
+        SgemmOperand{b, nullptr, DType::f32, ldb}, beta, c, ldc, bias);
+}
+
+const char* sgemm_kernel() {
+  if (!use_own_kernel()) return "openblas";
+#ifdef RINGSTEP_SGEMM_AVX2
+  return "avx2-6x16";
+#else
+  return "portable-6x16";
+#endif
+}
+
+void sgemm_force_openblas(bool force) { forced_openblas().store(force); }
+
+void PackedB::pack(bool trans, const float* b, int ldb, int K, int N) {
+  rows_ = K;
+  cols_ = N;
+  packed_ = use_own_kernel();
+  trans_ = trans;
+  view_ = b;
+  ldb_ = ldb;
+  if (!packed_) return;
+  const int panels = (N + NR - 1) / NR;
+  panels_.resize(size_t(panels) * K * NR);
+  for (int q = 0; q < panels; ++q) {
+    pack_b_panel(trans, SgemmOperand{b, nullptr, DType::f32, ldb}, 0, K, q * NR,
+                 std::min(NR, N - q * NR), panels_.data() + size_t(q) * K * NR);
+  }
+}
+
+void gemm_packed(bool trans_a, int M, int N, int K, float alpha, const float* a, int lda,
+                 const PackedB& b, float beta, float* c, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return scale_c(M, N, beta, nullptr, c, ldc);
+#ifdef RINGSTEP_HAVE_BLAS
+  if (!b.packed_) {
+    return sgemm_openblas(trans_a, b.trans_, M, N, K, alpha, a, lda, b.view_, b.ldb_, beta, c, ldc,
+                          nullptr);
+  }
+#endif
+  thread_local std::vector<float, Eigen::aligned_allocator<float>> a_buf;
+  float* ap = aligned_scratch(a_buf, size_t(kBlockRows) * kDepth);
+  for (int k0 = 0; k0 < K; k0 += kDepth) {
+    const int kc = std::min(kDepth, K - k0);
+    const Write w = block_write(k0, alpha, beta, nullptr);
+    for (int i0 = 0; i0 < M; i0 += kBlockRows) {
+      const int mc = std::min(kBlockRows, M - i0);
+      pack_a(trans_a, SgemmOperand{a, nullptr, DType::f32, lda}, i0, mc, k0, kc, ap);
+      macro_kernel(mc, N, kc, ap, b.panels_.data() + size_t(k0) * NR, size_t(b.rows_) * NR, w,
+                   c + size_t(i0) * ldc, ldc);
+    }
+  }
+}
+
+}  // namespace ringstep::cpu

@@ -1,0 +1,82 @@
+// fp32 row-major matrix products: the model's linears, the LM head and attention's head
+// products go through here. Two kernels:
+// - "avx2-6x16", ours: BLIS's layered blocking (Goto & van de Geijn 2008) around a 6 x 16
+//   AVX2 micro-kernel (Van Zee & van de Geijn 2015), with the bias broadcast folded into
+//   the write of C. Used where the CPU has AVX2 and FMA but no AVX-512, where OpenBLAS's
+//   best kernels are AVX2 as well (docs/perf.md section 14c measures the two).
+// - "openblas": cblas_sgemm, where the CPU has AVX-512 (OpenBLAS's SkylakeX kernels are
+//   twice as wide as ours), or the build has no AVX2 (RINGSTEP_NATIVE=OFF). Without BLAS,
+//   ours runs with a portable micro-kernel.
+//
+// Our kernel computes each element of C as one chain of fused multiply-adds over k in
+// order (in blocks of 256, added to C in order) and splits only M across threads, so its
+// bits do not depend on the thread count or on where a block's edges fall.
+// Thread-safe; inside an OpenMP region it runs on the calling thread.
+#pragma once
+
+#include <Eigen/Core>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace ringstep::cpu {
+
+// C[M x N] = alpha * op(A) * op(B) + beta * C + bias (bias[j] added to column j when BIAS is
+// non-null), row-major with leading dims LDA, LDB, LDC. op(A) is M x K: A (stored M x K) or,
+// with TRANS_A, A^T (stored K x M); op(B) is K x N: B (stored K x N) or, with TRANS_B, B^T
+// (stored N x K). beta == 0 writes C without reading it (NaNs in C are overwritten).
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* a, int lda,
+           const float* b, int ldb, float beta, float* c, int ldc, const float* bias = nullptr);
+
+// An operand as sgemm reads it: fp32 values F32, or, where F32 is null, 16-bit values BITS
+// of dtype DT (bf16 or fp16, core/dtype.h), widened (exactly) as our kernel packs them, or
+// into a scratch copy first for OpenBLAS. LD is the leading dim of whichever is set.
+struct SgemmOperand {
+  const float* f32 = nullptr;
+  const uint16_t* bits = nullptr;
+  DType dt = DType::f32;
+  int ld = 0;
+};
+
+// sgemm on operands that may hold 16-bit values; the same bits as sgemm on their widening.
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const SgemmOperand& a,
+           const SgemmOperand& b, float beta, float* c, int ldc, const float* bias = nullptr);
+
+// The kernel sgemm runs on this machine: "avx2-6x16" or "openblas" (see above), or
+// "portable-6x16" in a build without BLAS or AVX2.
+const char* sgemm_kernel();
+
+// Forces cblas_sgemm (process-wide) where the build has BLAS, so the two kernels can be
+// compared in one process (bench, tests). RINGSTEP_SGEMM=openblas sets it at start.
+void sgemm_force_openblas(bool force);
+
+// op(B), K x N, prepared once for many products that read its leading rows and columns
+// (attention: a head's k and v, multiplied by every query block): packed into our kernel's
+// panels, or, where sgemm runs on OpenBLAS when it is packed, kept as a view of the
+// caller's B (which must then outlive it unchanged).
+class PackedB {
+ public:
+  // B(k, j) = trans ? b[j * ldb + k] : b[k * ldb + j], for k < K, j < N.
+  void pack(bool trans, const float* b, int ldb, int K, int N);
+  int rows() const { return rows_; }
+  int cols() const { return cols_; }
+
+ private:
+  friend void gemm_packed(bool, int, int, int, float, const float*, int, const PackedB&, float,
+                          float*, int);
+  std::vector<float, Eigen::aligned_allocator<float>> panels_;  // K x 16 each, in order
+  bool packed_ = false;                                         // else the view below
+  bool trans_ = false;
+  const float* view_ = nullptr;
+  int ldb_ = 0;
+  int rows_ = 0, cols_ = 0;
+};
+
+// C[M x N] = alpha * op(A) * B[0:K, 0:N] + beta * C, op(A) as in sgemm, on the calling
+// thread. Requires K <= b.rows() and N <= b.cols().
+void gemm_packed(bool trans_a, int M, int N, int K, float alpha, const float* a, int lda,
+                 const PackedB& b, float beta, float* c, int ldc);
+
+}  // namespace ringstep::cpu
