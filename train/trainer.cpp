@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -44,11 +43,10 @@ std::string peak_source(const Config& cfg, DType act_dtype) {
     return cuda_device_name() + ": " +
            gpu_peak_source(cuda_device_name(), act_dtype, cfg.precision.tf32);
   const bool sgemm = act_dtype == DType::f32 || cpu::gemm16_widens(act_dtype);
-  const std::string kernel =
-      !sgemm ? std::string(cpu::gemm16_kernel(act_dtype))
-      : std::strcmp(cpu::sgemm_kernel(), "openblas") == 0
-          ? std::string("SGEMM (OpenBLAS)")
-          : std::string("SGEMM (best of ") + cpu::sgemm_kernel() + " and OpenBLAS)";
+  const std::string kernel = !sgemm                    ? std::string(cpu::gemm16_kernel(act_dtype))
+                             : !cpu::sgemm_runs_ours() ? std::string("SGEMM (OpenBLAS)")
+                                                       : std::string("SGEMM (best of ") +
+                                                             cpu::sgemm_kernel() + " and OpenBLAS)";
   return "measured: 1-thread " + kernel + " x threads";
 }
 

@@ -426,6 +426,8 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
         SgemmOperand{b, nullptr, DType::f32, ldb}, beta, c, ldc, bias);
 }
 
+bool sgemm_runs_ours() { return use_own_kernel(); }
+
 const char* sgemm_kernel() {
   if (!use_own_kernel()) return "openblas";
 #ifdef RINGSTEP_SGEMM_AVX2

@@ -48,6 +48,9 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const S
 // "portable-6x16" in a build without BLAS or AVX2.
 const char* sgemm_kernel();
 
+// Whether sgemm runs on our kernel here (avx2-6x16 or portable-6x16), not OpenBLAS's.
+bool sgemm_runs_ours();
+
 // Forces cblas_sgemm (process-wide) where the build has BLAS, so the two kernels can be
 // compared in one process (bench, tests). RINGSTEP_SGEMM=openblas sets it at start.
 void sgemm_force_openblas(bool force);

@@ -81,9 +81,10 @@ inline Config golden_config(const GoldenCase& c, const std::string& out_dir) {
 inline std::string golden_fingerprint() {
   // sgemm's kernel only when it is not OpenBLAS's, so that keys recorded before our kernel
   // existed still name OpenBLAS runs (RINGSTEP_SGEMM=openblas).
-  const std::string sgemm = cpu::sgemm_kernel();
-  return blas_description() + (sgemm == "openblas" ? "" : "; sgemm " + sgemm) + "; bf16 " +
-         cpu::gemm16_kernel(DType::bf16) + "; fp16 " + cpu::gemm16_kernel(DType::f16);
+  const std::string sgemm =
+      cpu::sgemm_runs_ours() ? std::string("; sgemm ") + cpu::sgemm_kernel() : "";
+  return blas_description() + sgemm + "; bf16 " + cpu::gemm16_kernel(DType::bf16) + "; fp16 " +
+         cpu::gemm16_kernel(DType::f16);
 }
 
 inline std::string hex_bits(uint64_t bits) {
