@@ -1,6 +1,7 @@
 // Causal attention at small.yaml's shape (B = 4, T = 256, C = 384, NH = 6): the fp32
 // attention_forward / attention_backward (Eigen maps -> OpenBLAS sgemm) against
-// attention_forward16 / attention_backward16 (gemm16: AMX for bf16, widen + sgemm for fp16).
+// attention_forward16 / attention_backward16 (gemm16: AMX or AVX512-BF16 for bf16, widen + sgemm
+// for fp16).
 //
 //   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 build/bench/attention16_bench
 //

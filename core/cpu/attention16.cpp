@@ -40,7 +40,7 @@ using namespace attention_rows;
 
 constexpr std::align_val_t kScratchAlign{64};
 
-// 64-byte aligned allocator: one cache line, one AVX-512 packet, the AMX kernel's loads.
+// 64-byte aligned allocator: one cache line, one AVX-512 packet, the bf16 kernels' loads.
 template <typename T>
 struct Aligned64 {
   using value_type = T;
@@ -78,8 +78,8 @@ size_t head_offset(int b, int h, int T, int C, int hs) {
 }
 
 // One head's q, k and v (T x hs each, row stride 3C inside qkv) as gemm16 operands. Where
-// gemm16 widens (no AMX), the three are widened once here, into dense per-thread scratch,
-// instead of once per query block inside every product.
+// gemm16 widens (no AMX or AVX512-BF16), the three are widened once here, into dense per-thread
+// scratch, instead of once per query block inside every product.
 class HeadOperands {
  public:
   enum Part { q = 0, k = 1, v = 2 };

@@ -1,8 +1,8 @@
 // Causal multi-head self-attention with 16-bit storage, the twin of attention_forward /
 // attention_backward (core/cpu/ops.h) for precision.dtype bf16 | fp16: the same layout,
 // masking and query blocking, but q, k, v, P and out are stored in 16 bits and every
-// product runs on gemm16 (16-bit inputs, fp32 accumulation; bf16 on AMX). Softmax and its
-// backward run in fp32. Thread-safe; parallel over (batch, head) pairs with OpenMP, and the
+// product runs on gemm16 (16-bit inputs, fp32 accumulation; bf16 on AMX or AVX512-BF16). Softmax
+// and its backward run in fp32. Thread-safe; parallel over (batch, head) pairs with OpenMP, and the
 // result does not depend on the thread count.
 #pragma once
 

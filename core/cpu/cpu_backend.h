@@ -32,7 +32,8 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu; }
   DType act_dtype() const override { return dt_; }
   void set_weights(const float* params, size_t n) override;
-  // The 16-bit copy, and where gemm16 widens (no AMX) that copy widened to fp32.
+  // The 16-bit copy, and where gemm16 widens (fp16, or bf16 without a bf16 kernel) that copy
+  // widened to fp32.
   size_t weight_copy_bytes(size_t n) const override;
   void zero(float* x, size_t n, Arena& arena) override;
   void encoder_forward(void* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
@@ -68,7 +69,7 @@ class CpuBackend final : public Backend {
   // it is not one).
   const uint16_t* w16(const float* w) const;
   // W's copy as a gemm16 operand (leading dim LD), with its widening back to fp32 where
-  // gemm16 widens its operands (no AMX): made once per set_weights instead of in every
+  // gemm16 widens its operands (gemm16_widens): made once per set_weights instead of in every
   // product.
   Operand16 weight_operand(const float* w, int ld) const;
 

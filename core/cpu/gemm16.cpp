@@ -1,6 +1,7 @@
-// gemm16: argument checks, kernel choice and the fp32-sgemm kernel. The AMX kernel lives in
-// gemm16_amx.cpp, the only file compiled with the AMX flags: no tile instruction runs before
-// the CPUID and permission check below.
+// gemm16: argument checks, kernel choice and the fp32-sgemm kernel. The bf16 kernels live in
+// gemm16_amx.cpp and gemm16_avx512.cpp, the only files compiled with AMX or AVX512-BF16
+// flags: none of their instructions runs before the CPUID (and, for AMX, permission) check
+// below.
 //
 // fp32-sgemm kernel: both 16-bit operands go to sgemm (sgemm.h) with the same transposes,
 // which widens them to fp32 (exact for bf16 and fp16) as it packs them. Its bits
@@ -32,6 +33,11 @@ bool amx_kernel_compiled();
 void gemm16_amx_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                      const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
                      int ldc);
+// Defined in gemm16_avx512.cpp, likewise.
+bool avx512_bf16_kernel_compiled();
+void gemm16_avx512_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                        const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta,
+                        float* C, int ldc);
 }  // namespace detail
 
 namespace {
@@ -63,6 +69,20 @@ bool amx_usable() {
   return usable;
 }
 
+// VDPBF16PS with the AVX-512 F/BW/VL the packing uses; GCC's check includes the OS's
+// support for the zmm state (XCR0).
+bool avx512_bf16_usable() {
+#if defined(__x86_64__)
+  static const bool usable =
+      detail::avx512_bf16_kernel_compiled() && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bf16");
+  return usable;
+#else
+  return false;
+#endif
+}
+
 bool env_forces_fallback() {
   const char* v = std::getenv("RINGSTEP_GEMM16");
   return v != nullptr && std::string(v) == "sgemm";
@@ -73,8 +93,16 @@ std::atomic<bool>& forced_fallback() {
   return forced;
 }
 
-bool use_amx(DType dt) {
-  return dt == DType::bf16 && !forced_fallback().load(std::memory_order_relaxed) && amx_usable();
+// gemm16's kernels, best first: bf16 on AMX tiles, bf16 on AVX512-BF16 dot products, and
+// everything (fp16 always) widened to fp32 for sgemm.
+enum class Kernel16 { amx_bf16, avx512_bf16, fp32_sgemm };
+
+Kernel16 kernel_for(DType dt) {
+  if (dt != DType::bf16 || forced_fallback().load(std::memory_order_relaxed))
+    return Kernel16::fp32_sgemm;
+  if (amx_usable()) return Kernel16::amx_bf16;
+  if (avx512_bf16_usable()) return Kernel16::avx512_bf16;
+  return Kernel16::fp32_sgemm;
 }
 
 // C = beta * C over M x N, with beta == 0 writing zeros whatever C held.
@@ -116,7 +144,7 @@ void check_args(DType dt, bool trans_a, bool trans_b, int M, int N, int K, const
   };
   auto check_operand = [&](const char* name, const Operand16& op, int row) {
     const bool read = M > 0 && N > 0 && K > 0;
-    if (read && op.bits == nullptr && (op.wide == nullptr || use_amx(dt)))
+    if (read && op.bits == nullptr && (op.wide == nullptr || !gemm16_widens(dt)))
       fail(std::string(name) + " has no 16-bit values and the kernel reads them");
     if (op.bits != nullptr) check_ld(std::string("ld") + name, op.ld, row);
     if (op.wide != nullptr) check_ld(std::string("ld") + name + " (widened)", op.ld_wide, row);
@@ -141,17 +169,31 @@ void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alp
     scale_c(M, N, beta, C, ldc);
     return;
   }
-  if (use_amx(dt)) {
-    detail::gemm16_amx_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B.bits, B.ld, beta, C,
-                            ldc);
-  } else {
-    gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc);
+  switch (kernel_for(dt)) {
+    case Kernel16::amx_bf16:
+      return detail::gemm16_amx_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B.bits, B.ld,
+                                     beta, C, ldc);
+    case Kernel16::avx512_bf16:
+      return detail::gemm16_avx512_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B.bits,
+                                        B.ld, beta, C, ldc);
+    case Kernel16::fp32_sgemm:
+      return gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc);
   }
 }
 
-bool gemm16_widens(DType dt) { return !use_amx(dt); }
+bool gemm16_widens(DType dt) { return kernel_for(dt) == Kernel16::fp32_sgemm; }
 
-const char* gemm16_kernel(DType dt) { return use_amx(dt) ? "amx-bf16" : "fp32-sgemm"; }
+const char* gemm16_kernel(DType dt) {
+  switch (kernel_for(dt)) {
+    case Kernel16::amx_bf16:
+      return "amx-bf16";
+    case Kernel16::avx512_bf16:
+      return "avx512-bf16";
+    case Kernel16::fp32_sgemm:
+      break;
+  }
+  return "fp32-sgemm";
+}
 
 void gemm16_force_fallback(bool force) {
   forced_fallback().store(force, std::memory_order_relaxed);

@@ -1,6 +1,7 @@
 // GEMM with 16-bit inputs (bf16 or fp16) and fp32 accumulation, the CPU twin of cuBLAS's
 // cublasGemmEx(CUDA_R_16BF, ..., CUBLAS_COMPUTE_32F). bf16 runs on Intel AMX tiles where the
-// CPU and the kernel allow it; everything else converts blocks to fp32 and calls sgemm.
+// CPU and the kernel allow it, else on AVX512-BF16 dot products where the CPU has them
+// (AMD Zen 4); everything else converts blocks to fp32 and calls sgemm.
 // Thread-safe; may be called from inside an OpenMP region (it then runs on that one thread).
 #pragma once
 
@@ -18,7 +19,7 @@ namespace ringstep::cpu {
 // beta == 0 overwrites C (C's old contents, even NaN, are ignored).
 // Deterministic: the result depends only on the inputs (not on the thread count, nor on the
 // addresses/alignment of the buffers), so recomputing a forward gives bit-identical output.
-// The AMX kernel, like the hardware, treats subnormal bf16 inputs and subnormal fp32
+// The two bf16 kernels, like their hardware, treat subnormal bf16 inputs and subnormal fp32
 // results of each dot-product step as zero. Throws std::invalid_argument for negative sizes,
 // leading dimensions shorter than a row, or DT == f32.
 void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
@@ -27,7 +28,7 @@ void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alp
 // One operand of gemm16 as the caller holds it: its 16-bit values BITS (leading dim LD)
 // and, optionally, the same values widened to fp32 in WIDE (leading dim LD_WIDE; same
 // stored shape). The fp32-sgemm kernel multiplies WIDE when set instead of widening BITS
-// again; the AMX kernel reads BITS. BITS may be null only where gemm16_widens(dt) and WIDE
+// again; the bf16 kernels read BITS. BITS may be null only where gemm16_widens(dt) and WIDE
 // is set: then WIDE must hold values of DT (e.g. from round_to_dtype in core/dtype.h).
 struct Operand16 {
   const uint16_t* bits = nullptr;
@@ -44,8 +45,8 @@ void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alp
 // then a caller that multiplies one operand several times gains from widening it once.
 bool gemm16_widens(DType dt);
 
-// Which kernel gemm16 uses for DT on this machine: "amx-bf16" or "fp32-sgemm" (convert
-// blocks to fp32, then sgemm).
+// Which kernel gemm16 uses for DT on this machine: "amx-bf16", "avx512-bf16" or "fp32-sgemm"
+// (convert blocks to fp32, then sgemm).
 const char* gemm16_kernel(DType dt);
 
 // Forces the fp32-sgemm kernel for every dtype (process-wide), so tests can exercise both

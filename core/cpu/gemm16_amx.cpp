@@ -1,29 +1,13 @@
 // The AMX bf16 kernel of gemm16 (Intel SDM vol. 1, ch. 18 "Intel AMX"; Intel Optimization
-// Reference Manual, ch. 20). The only file built with -mamx-tile -mamx-bf16 and AVX-512:
-// gemm16.cpp calls it only after CPUID and the kernel's tile permission say yes.
+// Reference Manual, ch. 20). Built with -mamx-tile -mamx-bf16 and AVX-512: gemm16.cpp calls
+// it only after CPUID and the kernel's tile permission say yes.
 //
 // One TDPBF16PS multiplies a 16 x 32 bf16 tile of op(A) by a 32 x 16 bf16 tile of op(B) and
 // adds into a 16 x 16 fp32 tile: C(i, j) += sum over k pairs of a(i,2p) b(2p,j) +
-// a(i,2p+1) b(2p+1,j), products exact, sums in fp32. Both input tiles are 16 rows of 64
-// bytes, i.e. 16 x 16 dwords, each dword a pair of consecutive k:
-//   A tile: dword (m, p) = (a(m, 2p), a(m, 2p+1))          rows m, k pairs along the row
-//   B tile: dword (p, n) = (b(2p, n), b(2p+1, n))          rows k pairs, n along the row
-// ("VNNI" layout). A source whose k is contiguous (A untransposed, B transposed) already
-// reads as dwords (r, p); a source whose k is the row index (A transposed, B untransposed)
-// reads as dwords (p, r) after interleaving rows 2p and 2p+1. The A tile wants (m, p) and
-// the B tile (p, n), so packing is at most one 16 x 16 dword transpose per tile.
-//
-// Blocking: both operands are packed once per call into panels of 32 rows (op(A)) or 32
-// columns (op(B)) over the whole K, zero-padded to multiples of 32 in M, N and K. Each 32 x 32
-// block of C is one run of a 2 x 2 tile micro-kernel over all K (4 C tiles, 2 A and 2 B
-// tiles: all 8 tile registers); padded rows/columns of C are computed and never stored.
-// Blocks go A panel by A panel, each sweeping a chunk of B panels that stays in L2 (the
-// A panel, 24-96 KiB, stays in L1/L2). Where the time goes (micro-kernel, packing, writing
-// C) is measured in docs/perf.md section 7.
-//
-// Determinism: every C element is the sum over the K tiles in increasing order, in one
-// micro-kernel run, whatever the thread count or buffer addresses; threads split blocks
-// of C, never K.
+// a(i,2p+1) b(2p+1,j), products exact, sums in fp32. The tiles are gemm16_tiles.h's layout;
+// each 32 x 32 block of C is a 2 x 2 tile micro-kernel over all K (4 C tiles, 2 A and 2 B
+// tiles: all 8 tile registers). Where the time goes (micro-kernel, packing, writing C) is
+// measured in docs/perf.md section 7.
 //
 // Exceptions to exact IEEE behaviour, from the hardware: TDPBF16PS treats subnormal bf16
 // inputs as zero and flushes subnormal results to zero, whatever MXCSR says.
@@ -35,53 +19,18 @@
 #endif
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <new>
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include "core/cpu/gemm16_tiles.h"
+#endif
 
 namespace ringstep::cpu::detail {
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 
 namespace {
-
-constexpr int kTileRows = 16;     // rows of every tile; also the dwords per row
-constexpr int kTileK = 32;        // bf16 values of k in one tile row (64 bytes)
-constexpr int kTileBytes = 1024;  // 16 rows x 64 bytes
-constexpr int kBlock = 32;        // C is computed in 32 x 32 blocks of 2 x 2 tiles
-// Packed B is swept in chunks of at most this size, which stay in the 2 MiB L2 next to
-// the A panel and C (a 1536 x 1024 B is 3 MiB and would stream from L3 for every A panel).
-constexpr size_t kL2ChunkBytes = size_t(1) << 20;
-// Below this many multiply-adds one thread is faster than an OpenMP fork/join.
-constexpr double kParallelMinMacs = double(1 << 22);
-
-// A 64-byte-aligned scratch buffer that only grows (thread_local: one per thread and use).
-class ScratchBuffer {
- public:
-  ScratchBuffer() = default;
-  ScratchBuffer(const ScratchBuffer&) = delete;
-  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
-  ~ScratchBuffer() { std::free(data_); }
-
-  char* get(size_t bytes) {
-    if (bytes > capacity_) {
-      std::free(data_);
-      capacity_ = (bytes + 63) / 64 * 64;
-      data_ = static_cast<char*>(std::aligned_alloc(64, capacity_));
-      if (data_ == nullptr) {
-        capacity_ = 0;
-        throw std::bad_alloc();
-      }
-    }
-    return data_;
-  }
-
- private:
-  char* data_ = nullptr;
-  size_t capacity_ = 0;
-};
 
 // The 64-byte tile configuration of palette 1 (SDM vol. 1, 18.2.2): every tile used here
 // is 16 rows x 64 bytes. Tiles 0-3 accumulate C, 4-5 hold A, 6-7 hold B.
@@ -101,149 +50,48 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
-// In-register transpose of a 16 x 16 dword matrix, one row per register: 32-bit then
-// 64-bit unpacks transpose the 4 x 4 blocks inside each 128-bit lane, two rounds of
-// 128-bit lane shuffles transpose the 4 x 4 matrix of lanes. 48 shuffles.
-void transpose_16x16_epi32(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // u[4g + j], lane L = column 4L + j of rows 4g..4g+3.
-  __m512i u[16];
-  for (int g = 0; g < 4; ++g) {
-    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  // Row 4L + j of the result = lane L of u[j], u[4 + j], u[8 + j], u[12 + j].
-  for (int j = 0; j < 4; ++j) {
-    const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);  // l0 l2 of both
-    const __m512i v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xDD);  // l1 l3 of both
-    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
-    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xDD);
-    r[0 + j] = _mm512_shuffle_i32x4(v0, v2, 0x88);
-    r[4 + j] = _mm512_shuffle_i32x4(v1, v3, 0x88);
-    r[8 + j] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
-    r[12 + j] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
-  }
-}
+// gemm16_tiled's kernel: holds the tile configuration for the life of a thread's share.
+struct AmxKernel {
+  // Packed B per A panel sweep: stays in the 2 MiB L2 next to the A panel and C (a
+  // 1536 x 1024 B is 3 MiB and would stream from L3 for every A panel).
+  static constexpr size_t kL2ChunkBytes = size_t(1) << 20;
+  // Full blocks of C = A B go from the tiles straight into C, which saves a 4 KiB round
+  // trip through acc per block (docs/perf.md section 7).
+  static constexpr bool kStoreDirect = true;
 
-// A stored 16-bit matrix seen as rows r (m of op(A), n of op(B)) by depth k. k_contiguous:
-// element (r, k) is at p[r * ld + k]; otherwise at p[k * ld + r].
-struct Operand {
-  const uint16_t* p;
-  int ld;
-  bool k_contiguous;
+  AmxKernel() {
+    const TileConfig config;
+    _tile_loadconfig(&config);
+  }
+  ~AmxKernel() { _tile_release(); }
+  AmxKernel(const AmxKernel&) = delete;
+  AmxKernel& operator=(const AmxKernel&) = delete;
+
+  // out (32 x 32 fp32, row stride ld floats) = the packed A panel times the packed B panel.
+  void multiply(const char* a_panel, const char* b_panel, int k_tiles, float* out, int ld) const {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const char* a = a_panel + size_t(kt) * 2 * kTileBytes;
+      const char* b = b_panel + size_t(kt) * 2 * kTileBytes;
+      _tile_loadd(4, a, 64);
+      _tile_loadd(6, b, 64);
+      _tile_loadd(5, a + kTileBytes, 64);
+      _tile_loadd(7, b + kTileBytes, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    const int stride_bytes = ld * int(sizeof(float));
+    _tile_stored(0, out, stride_bytes);
+    _tile_stored(1, out + 16, stride_bytes);
+    _tile_stored(2, out + size_t(16) * ld, stride_bytes);
+    _tile_stored(3, out + size_t(16) * ld + 16, stride_bytes);
+  }
 };
-
-// Packs rows [r0, r0 + rows) x depth [k0, k0 + depth) of op (rows <= 16, depth <= 32, the
-// rest zero) into one tile at dst: dword (r, p) with transpose false, (p, r) with true.
-void pack_tile(const Operand& op, int r0, int rows, int k0, int depth, bool transpose, char* dst) {
-  __m512i reg[16];
-  if (op.k_contiguous) {
-    // Register r = row r: its 32 k values are 16 dwords (r, p).
-    const __mmask32 k_mask = depth >= kTileK ? ~__mmask32{0} : (__mmask32{1} << depth) - 1;
-    const uint16_t* src = op.p + size_t(r0) * op.ld + k0;
-    for (int r = 0; r < kTileRows; ++r) {
-      reg[r] = r < rows ? _mm512_maskz_loadu_epi16(k_mask, src + size_t(r) * op.ld)
-                        : _mm512_setzero_si512();
-    }
-  } else {
-    // Register p = rows 2p and 2p+1 of the source interleaved: dwords (p, r).
-    const __mmask16 r_mask = rows >= kTileRows ? __mmask16(0xFFFF) : (__mmask16(1) << rows) - 1;
-    const uint16_t* src = op.p + size_t(k0) * op.ld + r0;
-    for (int p = 0; p < kTileRows; ++p) {
-      const int k = 2 * p;
-      const __m256i even = k < depth ? _mm256_maskz_loadu_epi16(r_mask, src + size_t(k) * op.ld)
-                                     : _mm256_setzero_si256();
-      const __m256i odd = k + 1 < depth
-                              ? _mm256_maskz_loadu_epi16(r_mask, src + size_t(k + 1) * op.ld)
-                              : _mm256_setzero_si256();
-      reg[p] = _mm512_or_si512(_mm512_cvtepu16_epi32(even),
-                               _mm512_slli_epi32(_mm512_cvtepu16_epi32(odd), 16));
-    }
-  }
-  if (transpose) transpose_16x16_epi32(reg);
-  for (int i = 0; i < kTileRows; ++i) _mm512_store_si512(dst + i * 64, reg[i]);
-}
-
-// Packs rows [0, rows) of op over all of K into panels of 32 rows (zero-padded) at dst: tile
-// (panel, k tile, half) at dst + panel * panel_bytes + (2 * k tile + half) * 1 KiB, the order
-// the micro-kernel reads them. Tiles are visited in the order that reads the source row by
-// row (a k-strided source: all panels of one k tile before the next), so the hardware
-// prefetchers see long sequential streams. An orphaned `omp for`: inside a parallel region
-// the calling team shares the tiles.
-void pack_operand(const Operand& op, int rows, int K, bool transpose, size_t panel_bytes,
-                  char* dst) {
-  const int panels = (rows + kBlock - 1) / kBlock, k_tiles = (K + kTileK - 1) / kTileK;
-  const int outer = op.k_contiguous ? panels : k_tiles;
-  const int inner = op.k_contiguous ? k_tiles : panels;
-#pragma omp for schedule(static)
-  for (int o = 0; o < outer; ++o) {
-    for (int i = 0; i < inner; ++i) {
-      const int panel = op.k_contiguous ? o : i, kt = op.k_contiguous ? i : o;
-      const int k0 = kt * kTileK, depth = std::min(kTileK, K - k0);
-      for (int half = 0; half < 2; ++half) {
-        const int r0 = panel * kBlock + half * kTileRows;
-        const int tile_rows = std::min(kTileRows, rows - r0);
-        char* tile = dst + panel * panel_bytes + size_t(2 * kt + half) * kTileBytes;
-        if (tile_rows <= 0) {
-          std::fill(tile, tile + kTileBytes, char{0});
-        } else {
-          pack_tile(op, r0, tile_rows, k0, depth, transpose, tile);
-        }
-      }
-    }
-  }
-}
-
-// out (32 x 32 fp32, row stride ld floats) = the packed A panel times the packed B panel.
-void multiply_panels(const char* a_panel, const char* b_panel, int k_tiles, float* out, int ld) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const char* a = a_panel + size_t(kt) * 2 * kTileBytes;
-    const char* b = b_panel + size_t(kt) * 2 * kTileBytes;
-    _tile_loadd(4, a, 64);
-    _tile_loadd(6, b, 64);
-    _tile_loadd(5, a + kTileBytes, 64);
-    _tile_loadd(7, b + kTileBytes, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  const int stride_bytes = ld * int(sizeof(float));
-  _tile_stored(0, out, stride_bytes);
-  _tile_stored(1, out + 16, stride_bytes);
-  _tile_stored(2, out + size_t(16) * ld, stride_bytes);
-  _tile_stored(3, out + size_t(16) * ld + 16, stride_bytes);
-}
-
-// C block = alpha * acc + beta * C block on rows x cols (<= 32 x 32); beta == 0 never
-// reads C.
-void store_block(const float* acc, int rows, int cols, float alpha, float beta, float* C, int ldc) {
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  for (int i = 0; i < rows; ++i) {
-    float* c = C + size_t(i) * ldc;
-    for (int h = 0; h < kBlock / 16 && cols - 16 * h > 0; ++h) {
-      const int n = cols - 16 * h;
-      const __mmask16 mask = n >= 16 ? __mmask16(0xFFFF) : (__mmask16(1) << n) - 1;
-      __m512 v = _mm512_mul_ps(va, _mm512_load_ps(acc + i * kBlock + 16 * h));
-      if (beta == 1.0f) {
-        v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, c + 16 * h), v);
-      } else if (beta != 0.0f) {
-        v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask, c + 16 * h), v);
-      }
-      _mm512_mask_storeu_ps(c + 16 * h, mask, v);
-    }
-  }
-}
 
 }  // namespace
 
@@ -252,56 +100,10 @@ bool amx_kernel_compiled() { return true; }
 void gemm16_amx_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                      const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
                      int ldc) {
-  const Operand a{A, lda, !trans_a}, b{B, ldb, trans_b};
-  const int k_tiles = (K + kTileK - 1) / kTileK;
-  const int m_panels = (M + kBlock - 1) / kBlock, n_panels = (N + kBlock - 1) / kBlock;
-  const size_t panel_bytes = size_t(k_tiles) * 2 * kTileBytes;
-  static thread_local ScratchBuffer a_scratch, b_scratch;
-  char* a_packed = a_scratch.get(panel_bytes * m_panels);
-  char* b_packed = b_scratch.get(panel_bytes * n_panels);
-  const int n_chunks = int((panel_bytes * n_panels + kL2ChunkBytes - 1) / kL2ChunkBytes);
-  const int chunk_panels = (n_panels + n_chunks - 1) / n_chunks;
-  const bool parallel = double(M) * N * K >= kParallelMinMacs;
-  // C = A B (the forward): full blocks go from the tiles straight into C, which saves a
-  // 4 KiB round trip through acc per block (docs/perf.md section 7).
-  const bool store_direct = alpha == 1.0f && beta == 0.0f;
-
-#pragma omp parallel if (parallel)
-  {
-    // The A tile wants dwords (m, p), the B tile (p, n); a k-contiguous source reads as
-    // (r, p), so A transposes when k is not contiguous and B when it is.
-    pack_operand(a, M, K, !a.k_contiguous, panel_bytes, a_packed);
-    pack_operand(b, N, K, b.k_contiguous, panel_bytes, b_packed);
-    // (implicit barrier after each: both operands are packed)
-    alignas(64) float acc[kBlock * kBlock];
-    const TileConfig config;
-    _tile_loadconfig(&config);
-    // B in chunks of panels that stay in L2; within a chunk, consecutive blocks of a
-    // thread share their A panel (L1) and sweep the chunk. Chunks are independent: nowait.
-    for (int n_first = 0; n_first < n_panels; n_first += chunk_panels) {
-      const int n_count = std::min(chunk_panels, n_panels - n_first);
-#pragma omp for collapse(2) schedule(static) nowait
-      for (int mb = 0; mb < m_panels; ++mb) {
-        for (int j = 0; j < n_count; ++j) {
-          const int nb = n_first + j, m0 = mb * kBlock, n0 = nb * kBlock;
-          const int rows = std::min(kBlock, M - m0), cols = std::min(kBlock, N - n0);
-          const char* a_panel = a_packed + mb * panel_bytes;
-          const char* b_panel = b_packed + nb * panel_bytes;
-          float* c = C + size_t(m0) * ldc + n0;
-          if (store_direct && rows == kBlock && cols == kBlock) {
-            multiply_panels(a_panel, b_panel, k_tiles, c, ldc);
-          } else {
-            multiply_panels(a_panel, b_panel, k_tiles, acc, kBlock);
-            store_block(acc, rows, cols, alpha, beta, c, ldc);
-          }
-        }
-      }
-    }
-    _tile_release();
-  }
+  gemm16_tiled<AmxKernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-#else  // the compiler cannot build AMX code: gemm16 always takes the fp32-sgemm kernel
+#else  // the compiler cannot build AMX code: gemm16 never takes the AMX kernel
 
 bool amx_kernel_compiled() { return false; }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #ifdef RINGSTEP_HAVE_BLAS
@@ -71,7 +70,7 @@ double measure_sgemm_gflops(int dim, int repeats, int threads_after) {
 }
 
 double measure_matmul_peak_gflops(DType dt, int dim, int repeats, int threads_after) {
-  if (dt == DType::f32 || std::strcmp(cpu::gemm16_kernel(dt), "fp32-sgemm") == 0)
+  if (dt == DType::f32 || cpu::gemm16_widens(dt))
     return measure_sgemm_gflops(dim, repeats, threads_after);
   const size_t n = size_t(dim) * dim;
   std::vector<uint16_t> a(n);

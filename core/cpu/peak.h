@@ -13,8 +13,8 @@ namespace ringstep {
 double measure_sgemm_gflops(int dim, int repeats, int threads_after);
 
 // The peak of the kernel the model's matrix products use with activations of dtype DT:
-// SGEMM for fp32 and for dtypes gemm16 runs through SGEMM (fp16, or bf16 without AMX),
-// gemm16's bf16 kernel otherwise. Same protocol as measure_sgemm_gflops.
+// SGEMM for fp32 and for dtypes gemm16 runs through SGEMM (fp16, or bf16 without AMX or
+// AVX512-BF16), gemm16's bf16 kernel otherwise. Same protocol as measure_sgemm_gflops.
 double measure_matmul_peak_gflops(DType dt, int dim, int repeats, int threads_after);
 
 }  // namespace ringstep

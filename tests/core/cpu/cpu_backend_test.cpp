@@ -232,8 +232,8 @@ TEST(CpuBackend, WeightCopyBytesCountTheCopiesSetWeightsMakes) {
   cpu::gemm16_force_fallback(true);
   EXPECT_EQ(CpuBackend(DType::bf16).weight_copy_bytes(n), 6 * n);
   cpu::gemm16_force_fallback(false);
-  const bool amx = std::string(cpu::gemm16_kernel(DType::bf16)) == "amx-bf16";
-  EXPECT_EQ(CpuBackend(DType::bf16).weight_copy_bytes(n), (amx ? 2 : 6) * n);
+  EXPECT_EQ(CpuBackend(DType::bf16).weight_copy_bytes(n),
+            (cpu::gemm16_widens(DType::bf16) ? 6 : 2) * n);
   const char* env = std::getenv("RINGSTEP_GEMM16");
   cpu::gemm16_force_fallback(env != nullptr && std::string(env) == "sgemm");
 }

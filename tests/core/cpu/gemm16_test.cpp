@@ -1,5 +1,6 @@
 // gemm16 against an fp64 reference computed from the same 16-bit inputs, for both kernels
-// (AMX, skipped where the CPU lacks it, and the forced fp32-sgemm one): every transpose
+// (the native bf16 one, AMX or AVX512-BF16, skipped where the CPU has neither, and the
+// forced fp32-sgemm one): every transpose
 // combination, edge sizes around the 16 x 32 tile, padded leading dimensions, alpha/beta,
 // beta = 0 over NaN, the trainer's shapes, inf inputs, and bit-identical results across
 // buffer alignments and thread counts.
@@ -138,16 +139,17 @@ void expect_matches_fp64(const Problem& p, const std::vector<float>& c, int row_
   EXPECT_EQ(failures, 0) << where;
 }
 
-// Runs each test once per kernel: "amx" (bf16 on AMX tiles) and "sgemm" (forced fallback).
+// Runs each test once per kernel: "native" (bf16 on AMX tiles or AVX512-BF16, whichever this
+// CPU has) and "sgemm" (forced fallback).
 class Gemm16Kernel : public testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const bool amx = GetParam() == "amx";
-    gemm16_force_fallback(!amx);
-    if (amx && std::string(gemm16_kernel(DType::bf16)) != "amx-bf16") {
-      GTEST_SKIP() << "no AMX-BF16 on this CPU (or no tile permission from the kernel)";
+    const bool native = GetParam() == "native";
+    gemm16_force_fallback(!native);
+    if (native && gemm16_widens(DType::bf16)) {
+      GTEST_SKIP() << "no AMX-BF16 (or tile permission) and no AVX512-BF16 on this CPU";
     }
-    ASSERT_STREQ(gemm16_kernel(DType::bf16), amx ? "amx-bf16" : "fp32-sgemm");
+    if (!native) ASSERT_STREQ(gemm16_kernel(DType::bf16), "fp32-sgemm");
   }
   void TearDown() override {
     const char* env = std::getenv("RINGSTEP_GEMM16");
@@ -176,6 +178,20 @@ TEST_P(Gemm16Kernel, EdgeSizesAllTransposesMatchFp64) {
           if (HasFailure()) return;
         }
       }
+    }
+  }
+}
+
+// Depths on either side of a multiple of 384 (the AVX512-BF16 kernel's k chunk of 12 tiles,
+// whose partial sums are stored in C and reloaded) and one of several chunks with a ragged
+// last tile.
+TEST_P(Gemm16Kernel, DepthsAcrossKChunksMatchFp64) {
+  uint32_t seed = 500;
+  for (int t = 0; t < 4; ++t) {
+    for (int K : {383, 384, 385, 1000}) {
+      const float beta = seed % 2 ? 0.0f : 0.5f;
+      const Problem p = make_problem(DType::bf16, t & 1, t & 2, 70, 45, K, 1.0f, beta, 1, seed++);
+      expect_matches_fp64(p, run(p));
     }
   }
 }
@@ -331,7 +347,7 @@ TEST_P(Gemm16Kernel, AlignmentDoesNotChangeBits) {
 TEST_P(Gemm16Kernel, ThreadCountDoesNotChangeBits) {
 #ifdef _OPENMP
   const int saved = omp_get_max_threads();
-  const bool bits = GetParam() == "amx" || test::SgemmThreadInvariant();
+  const bool bits = GetParam() == "native" || test::SgemmThreadInvariant();
   auto expect_same = [&](const std::vector<float>& a, const std::vector<float>& b, int t) {
     if (bits)
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "t=" << t;
@@ -355,7 +371,7 @@ TEST_P(Gemm16Kernel, ThreadCountDoesNotChangeBits) {
 #endif
 }
 
-INSTANTIATE_TEST_SUITE_P(Gemm16, Gemm16Kernel, testing::Values("amx", "sgemm"),
+INSTANTIATE_TEST_SUITE_P(Gemm16, Gemm16Kernel, testing::Values("native", "sgemm"),
                          [](const testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
