@@ -193,9 +193,8 @@ void CpuBackend::linear_forward(void* out, const void* inp, const float* weight,
     const float* res =
         residual != nullptr ? load(dt_, arena, elem16(residual, size_t(r0) * OC), n) : nullptr;
     if (arena.counting()) return;
-    for (int r = 0; r < rows; ++r) std::memcpy(y + size_t(r) * OC, bias, OC * sizeof(float));
     gemm16(dt_, false, true, rows, OC, C, 1.0f, Operand16{u16(elem16(inp, size_t(r0) * C)), C},
-           weight_operand(weight, C), 1.0f, y, OC);
+           weight_operand(weight, C), 0.0f, y, OC, bias);
     if (res != nullptr) cpu::residual_forward(y, res, y, n);
     narrow(dt_, y, u16(elem16(out, size_t(r0) * OC)), n);
   });

@@ -32,12 +32,12 @@ namespace detail {
 bool amx_kernel_compiled();
 void gemm16_amx_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                      const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
-                     int ldc);
+                     int ldc, const float* bias);
 // Defined in gemm16_avx512.cpp, likewise.
 bool avx512_bf16_kernel_compiled();
 void gemm16_avx512_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                         const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta,
-                        float* C, int ldc);
+                        float* C, int ldc, const float* bias);
 }  // namespace detail
 
 namespace {
@@ -105,15 +105,14 @@ Kernel16 kernel_for(DType dt) {
   return Kernel16::fp32_sgemm;
 }
 
-// C = beta * C over M x N, with beta == 0 writing zeros whatever C held.
-void scale_c(int M, int N, float beta, float* C, int ldc) {
-  if (beta == 1.0f) return;
+// C = beta * C + bias over M x N, with beta == 0 writing zeros (plus the bias) whatever C
+// held.
+void scale_c(int M, int N, float beta, const float* bias, float* C, int ldc) {
   for (int i = 0; i < M; ++i) {
     float* row = C + size_t(i) * ldc;
-    if (beta == 0.0f) {
-      std::fill(row, row + N, 0.0f);
-    } else {
-      for (int j = 0; j < N; ++j) row[j] *= beta;
+    for (int j = 0; j < N; ++j) {
+      const float t = beta == 0.0f ? 0.0f : beta == 1.0f ? row[j] : beta * row[j];
+      row[j] = bias != nullptr ? t + bias[j] : t;
     }
   }
 }
@@ -125,8 +124,10 @@ SgemmOperand sgemm_operand(DType dt, const Operand16& op) {
 }
 
 void gemm16_sgemm(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                  const Operand16& A, const Operand16& B, float beta, float* C, int ldc) {
-  sgemm(trans_a, trans_b, M, N, K, alpha, sgemm_operand(dt, A), sgemm_operand(dt, B), beta, C, ldc);
+                  const Operand16& A, const Operand16& B, float beta, float* C, int ldc,
+                  const float* bias) {
+  sgemm(trans_a, trans_b, M, N, K, alpha, sgemm_operand(dt, A), sgemm_operand(dt, B), beta, C, ldc,
+        bias);
 }
 
 void check_args(DType dt, bool trans_a, bool trans_b, int M, int N, int K, const Operand16& A,
@@ -162,22 +163,20 @@ void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alp
 }
 
 void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-            const Operand16& A, const Operand16& B, float beta, float* C, int ldc) {
+            const Operand16& A, const Operand16& B, float beta, float* C, int ldc,
+            const float* bias) {
   check_args(dt, trans_a, trans_b, M, N, K, A, B, ldc);
   if (M == 0 || N == 0) return;
-  if (K == 0) {
-    scale_c(M, N, beta, C, ldc);
-    return;
-  }
+  if (K == 0) return scale_c(M, N, beta, bias, C, ldc);
   switch (kernel_for(dt)) {
     case Kernel16::amx_bf16:
       return detail::gemm16_amx_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B.bits, B.ld,
-                                     beta, C, ldc);
+                                     beta, C, ldc, bias);
     case Kernel16::avx512_bf16:
       return detail::gemm16_avx512_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B.bits,
-                                        B.ld, beta, C, ldc);
+                                        B.ld, beta, C, ldc, bias);
     case Kernel16::fp32_sgemm:
-      return gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc);
+      return gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc, bias);
   }
 }
 

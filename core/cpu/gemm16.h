@@ -37,9 +37,13 @@ struct Operand16 {
   int ld_wide = 0;
 };
 
-// gemm16 on operands that may carry their widening: the same bits as gemm16 on BITS.
+// gemm16 on operands that may carry their widening: the same bits as gemm16 on BITS. With
+// BIAS, C = alpha * op(A) * op(B) + beta * C + bias, bias[j] added to column j last (as
+// sgemm adds it, sgemm.h): with beta == 0 the same bits as C filled with the bias and
+// beta == 1.
 void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-            const Operand16& A, const Operand16& B, float beta, float* C, int ldc);
+            const Operand16& A, const Operand16& B, float beta, float* C, int ldc,
+            const float* bias = nullptr);
 
 // Whether gemm16 for DT widens its operands to fp32 on this machine (the fp32-sgemm kernel):
 // then a caller that multiplies one operand several times gains from widening it once.

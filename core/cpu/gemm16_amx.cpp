@@ -99,8 +99,8 @@ bool amx_kernel_compiled() { return true; }
 
 void gemm16_amx_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                      const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
-                     int ldc) {
-  gemm16_tiled<AmxKernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                     int ldc, const float* bias) {
+  gemm16_tiled<AmxKernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
 #else  // the compiler cannot build AMX code: gemm16 never takes the AMX kernel
@@ -108,7 +108,7 @@ void gemm16_amx_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alph
 bool amx_kernel_compiled() { return false; }
 
 void gemm16_amx_bf16(bool, bool, int, int, int, float, const uint16_t*, int, const uint16_t*, int,
-                     float, float*, int) {
+                     float, float*, int, const float*) {
   std::abort();  // unreachable: gemm16 checks amx_kernel_compiled() first
 }
 

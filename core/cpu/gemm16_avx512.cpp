@@ -124,8 +124,9 @@ bool avx512_bf16_kernel_compiled() { return true; }
 
 void gemm16_avx512_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                         const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta,
-                        float* C, int ldc) {
-  gemm16_tiled<Avx512Bf16Kernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                        float* C, int ldc, const float* bias) {
+  gemm16_tiled<Avx512Bf16Kernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                                 bias);
 }
 
 #else  // the compiler cannot build AVX512-BF16 code: gemm16 never takes this kernel
@@ -133,7 +134,7 @@ void gemm16_avx512_bf16(bool trans_a, bool trans_b, int M, int N, int K, float a
 bool avx512_bf16_kernel_compiled() { return false; }
 
 void gemm16_avx512_bf16(bool, bool, int, int, int, float, const uint16_t*, int, const uint16_t*,
-                        int, float, float*, int) {
+                        int, float, float*, int, const float*) {
   std::abort();  // unreachable: gemm16 checks avx512_bf16_kernel_compiled() first
 }
 

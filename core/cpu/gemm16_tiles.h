@@ -166,9 +166,11 @@ void pack_operand(const Operand& op, int rows, int K, bool transpose, size_t pan
   }
 }
 
-// C block = alpha * acc + beta * C block on rows x cols (<= 32 x 32); beta == 0 never
-// reads C.
-void store_block(const float* acc, int rows, int cols, float alpha, float beta, float* C, int ldc) {
+// C block = alpha * acc + beta * C block + bias on rows x cols (<= 32 x 32), with bias[j]
+// (the block's first column on; none when null) added last, as sgemm does (sgemm.h); beta
+// == 0 never reads C.
+void store_block(const float* acc, int rows, int cols, float alpha, float beta, const float* bias,
+                 float* C, int ldc) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   for (int i = 0; i < rows; ++i) {
     float* c = C + size_t(i) * ldc;
@@ -181,12 +183,13 @@ void store_block(const float* acc, int rows, int cols, float alpha, float beta, 
       } else if (beta != 0.0f) {
         v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask, c + 16 * h), v);
       }
+      if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias + 16 * h));
       _mm512_mask_storeu_ps(c + 16 * h, mask, v);
     }
   }
 }
 
-// C[M x N] = alpha * op(A) * op(B) + beta * C on 16-bit bf16 operands, gemm16's contract
+// C[M x N] = alpha * op(A) * op(B) + beta * C + bias on 16-bit bf16 operands, gemm16's contract
 // (gemm16.h). KERNEL, constructed once per thread inside the parallel region (its
 // constructor and destructor set up and release per-thread state), provides
 //   static constexpr size_t kL2ChunkBytes: the packed B swept per A panel;
@@ -195,7 +198,8 @@ void store_block(const float* acc, int rows, int cols, float alpha, float beta, 
 //     floats) = the packed A panel times the packed B panel.
 template <class Kernel>
 void gemm16_tiled(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A,
-                  int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+                  int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc,
+                  const float* bias) {
   const Operand a{A, lda, !trans_a}, b{B, ldb, trans_b};
   const int k_tiles = (K + kTileK - 1) / kTileK;
   const int m_panels = (M + kBlock - 1) / kBlock, n_panels = (N + kBlock - 1) / kBlock;
@@ -207,7 +211,8 @@ void gemm16_tiled(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
       int((panel_bytes * n_panels + Kernel::kL2ChunkBytes - 1) / Kernel::kL2ChunkBytes);
   const int chunk_panels = (n_panels + n_chunks - 1) / n_chunks;
   const bool parallel = double(M) * N * K >= kParallelMinMacs;
-  const bool store_direct = Kernel::kStoreDirect && alpha == 1.0f && beta == 0.0f;
+  const bool store_direct =
+      Kernel::kStoreDirect && alpha == 1.0f && beta == 0.0f && bias == nullptr;
 
 #pragma omp parallel if (parallel)
   {
@@ -234,7 +239,8 @@ void gemm16_tiled(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
             kernel.multiply(a_panel, b_panel, k_tiles, c, ldc);
           } else {
             kernel.multiply(a_panel, b_panel, k_tiles, acc, kBlock);
-            store_block(acc, rows, cols, alpha, beta, c, ldc);
+            store_block(acc, rows, cols, alpha, beta, bias != nullptr ? bias + n0 : nullptr, c,
+                        ldc);
           }
         }
       }

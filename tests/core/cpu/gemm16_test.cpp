@@ -11,6 +11,7 @@
 // plus |beta c|) leaves a margin while a wrong index or a lost tile is off by O(1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -43,7 +44,8 @@ struct Problem {
   int lda = 0, ldb = 0, ldc = 0;  // 0: the dense row length
   float alpha = 1.0f, beta = 0.0f;
   std::vector<uint16_t> a, b;
-  std::vector<float> c0;  // C before the call (NaN where beta == 0)
+  std::vector<float> c0;    // C before the call (NaN where beta == 0)
+  std::vector<float> bias;  // added to each column when not empty
 
   int a_rows() const { return trans_a ? K : M; }
   int b_rows() const { return trans_b ? N : K; }
@@ -89,8 +91,13 @@ Problem make_problem(DType dt, bool ta, bool tb, int M, int N, int K, float alph
 
 std::vector<float> run(const Problem& p) {
   std::vector<float> c = p.c0;
-  gemm16(p.dt, p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb,
-         p.beta, c.data(), p.ldc);
+  if (p.bias.empty()) {
+    gemm16(p.dt, p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb,
+           p.beta, c.data(), p.ldc);
+  } else {
+    gemm16(p.dt, p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, Operand16{p.a.data(), p.lda},
+           Operand16{p.b.data(), p.ldb}, p.beta, c.data(), p.ldc, p.bias.data());
+  }
   return c;
 }
 
@@ -128,6 +135,10 @@ void expect_matches_fp64(const Problem& p, const std::vector<float>& c, int row_
       if (p.beta != 0.0f) {
         ref += double(p.beta) * p.c0[idx];
         bound += std::fabs(double(p.beta) * p.c0[idx]);
+      }
+      if (!p.bias.empty()) {
+        ref += p.bias[j];
+        bound += std::fabs(double(p.bias[j]));
       }
       const double err = std::fabs(double(c[idx]) - ref);
       if (!(err <= kRelTol * bound + 1e-30) && ++failures <= 5) {
@@ -192,6 +203,33 @@ TEST_P(Gemm16Kernel, DepthsAcrossKChunksMatchFp64) {
       const float beta = seed % 2 ? 0.0f : 0.5f;
       const Problem p = make_problem(DType::bf16, t & 1, t & 2, 70, 45, K, 1.0f, beta, 1, seed++);
       expect_matches_fp64(p, run(p));
+    }
+  }
+}
+
+// The bias is added to every row of its column, after alpha and beta; with beta = 0 the bits
+// are those of C filled with the bias and beta = 1 (the linear forward's old way).
+TEST_P(Gemm16Kernel, BiasIsAddedToEachColumn) {
+  uint32_t seed = 600;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (int t = 0; t < 4; ++t) {
+    for (float beta : {0.0f, 1.0f, -0.5f}) {
+      for (int K : {0, 45, 400}) {
+        Problem p = make_problem(DType::bf16, t & 1, t & 2, 70, 45, K, -1.5f, beta, 2, seed++);
+        p.bias.resize(p.N);
+        for (float& x : p.bias) x = dist(rng);
+        const std::vector<float> c = run(p);
+        expect_matches_fp64(p, c);
+        if (beta != 0.0f) continue;
+        Problem filled = p;
+        filled.bias.clear();
+        filled.beta = 1.0f;
+        for (int i = 0; i < p.M; ++i)
+          std::copy(p.bias.begin(), p.bias.end(), filled.c0.begin() + size_t(i) * p.ldc);
+        const std::vector<float> same = run(filled);
+        EXPECT_EQ(std::memcmp(c.data(), same.data(), c.size() * 4), 0) << "t=" << t << " K=" << K;
+      }
     }
   }
 }
