@@ -3,8 +3,8 @@
 //   pc: k in blocks of kDepth; op(B)[pc, jc] is packed into panels of NR columns, shared
 //       by the threads (each packs some panels);
 //   ic: each thread's share of the rows, in blocks of kBlockRows; op(A)[ic, pc] is packed
-//       into panels of MR rows (72 x 256 floats: 72 KiB, in L2);
-//   jr, ir: one NR-column B panel (256 x 16 floats: 16 KiB, in L1) against every MR-row
+//       into panels of MR rows (72 x 384 floats: 108 KiB, in L2);
+//   jr, ir: one NR-column B panel (384 x 16 floats: 24 KiB, in L1) against every MR-row
 //       A panel of the block, one micro-kernel call each.
 #include "core/cpu/sgemm.h"
 
@@ -283,9 +283,12 @@ Write block_write(int k0, float alpha, float beta, const float* bias) {
   return k0 == 0 ? Write{alpha, beta, bias} : Write{alpha, 1.0f, nullptr};
 }
 
-// C = beta * C + bias, the whole product when K == 0.
-void scale_c(int M, int N, float beta, const float* bias, float* c, int ldc) {
+// C = beta * C + bias, the whole product when K == 0; rows split across the pool when
+// PARALLEL.
+void scale_c(int M, int N, float beta, const float* bias, float* c, int ldc,
+             bool parallel = false) {
   const Write w{0.0f, beta, bias};
+#pragma omp parallel for schedule(static) if (parallel)
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j)
       c[size_t(i) * ldc + j] = written(0.0f, c[size_t(i) * ldc + j], j, w);
@@ -351,7 +354,7 @@ void sgemm_openblas(bool trans_a, bool trans_b, int M, int N, int K, float alpha
                     int lda, const float* b, int ldb, float beta, float* c, int ldc,
                     const float* bias) {
   if (bias != nullptr) {  // C = beta * C + bias first, then the product adds onto it
-    scale_c(M, N, beta, bias, c, ldc);
+    scale_c(M, N, beta, bias, c, ldc, product_threads(M, N, K) > 1);
     beta = 1.0f;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,

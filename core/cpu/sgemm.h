@@ -9,7 +9,7 @@
 //   ours runs with a portable micro-kernel.
 //
 // Our kernel computes each element of C as one chain of fused multiply-adds over k in
-// order (in blocks of 256, added to C in order) and splits only M across threads, so its
+// order (in blocks of 384, added to C in order) and splits only M across threads, so its
 // bits do not depend on the thread count or on where a block's edges fall.
 // Thread-safe; inside an OpenMP region it runs on the calling thread.
 #pragma once
