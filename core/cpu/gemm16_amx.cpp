@@ -55,9 +55,6 @@ struct AmxKernel {
   // Packed B per A panel sweep: stays in the 2 MiB L2 next to the A panel and C (a
   // 1536 x 1024 B is 3 MiB and would stream from L3 for every A panel).
   static constexpr size_t kL2ChunkBytes = size_t(1) << 20;
-  // Full blocks of C = A B go from the tiles straight into C, which saves a 4 KiB round
-  // trip through acc per block (docs/perf.md section 7).
-  static constexpr bool kStoreDirect = true;
 
   AmxKernel() {
     const TileConfig config;

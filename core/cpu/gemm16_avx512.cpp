@@ -104,7 +104,6 @@ void multiply_strip(const char* a_panel, const char* b_panel, int kt0, int kt1, 
 struct Avx512Bf16Kernel {
   // Packed B per A panel sweep: half of a Zen 4 core's 1 MiB L2.
   static constexpr size_t kL2ChunkBytes = size_t(1) << 19;
-  static constexpr bool kStoreDirect = true;
 
   // K in chunks of this many tiles, each swept by the four strips: the chunk's B (24 KiB)
   // stays in L1 for all four.

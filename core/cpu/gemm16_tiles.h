@@ -193,7 +193,6 @@ void store_block(const float* acc, int rows, int cols, float alpha, float beta, 
 // (gemm16.h). KERNEL, constructed once per thread inside the parallel region (its
 // constructor and destructor set up and release per-thread state), provides
 //   static constexpr size_t kL2ChunkBytes: the packed B swept per A panel;
-//   static constexpr bool kStoreDirect: whether full blocks of C = A B go straight into C;
 //   void multiply(a_panel, b_panel, k_tiles, out, ld): out (32 x 32 fp32, row stride ld
 //     floats) = the packed A panel times the packed B panel.
 template <class Kernel>
@@ -211,8 +210,9 @@ void gemm16_tiled(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
       int((panel_bytes * n_panels + Kernel::kL2ChunkBytes - 1) / Kernel::kL2ChunkBytes);
   const int chunk_panels = (n_panels + n_chunks - 1) / n_chunks;
   const bool parallel = double(M) * N * K >= kParallelMinMacs;
-  const bool store_direct =
-      Kernel::kStoreDirect && alpha == 1.0f && beta == 0.0f && bias == nullptr;
+  // C = A B (the forward): full blocks go from the kernel straight into C, which saves a
+  // 4 KiB round trip through acc per block (docs/perf.md section 7).
+  const bool store_direct = alpha == 1.0f && beta == 0.0f && bias == nullptr;
 
 #pragma omp parallel if (parallel)
   {
