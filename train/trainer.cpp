@@ -11,9 +11,7 @@
 #include <utility>
 
 #include "core/checksum.h"
-#include "core/cpu/gemm16.h"
 #include "core/cpu/peak.h"
-#include "core/cpu/sgemm.h"
 #include "core/cuda/device.h"
 #include "core/cuda/gpu_peak.h"
 #include "core/error.h"
@@ -42,12 +40,7 @@ std::string peak_source(const Config& cfg, DType act_dtype) {
   if (cfg.run.device == Device::cuda)
     return cuda_device_name() + ": " +
            gpu_peak_source(cuda_device_name(), act_dtype, cfg.precision.tf32);
-  const bool sgemm = act_dtype == DType::f32 || cpu::gemm16_widens(act_dtype);
-  const std::string kernel = !sgemm                    ? std::string(cpu::gemm16_kernel(act_dtype))
-                             : !cpu::sgemm_runs_ours() ? std::string("SGEMM (OpenBLAS)")
-                                                       : std::string("SGEMM (best of ") +
-                                                             cpu::sgemm_kernel() + " and OpenBLAS)";
-  return "measured: 1-thread " + kernel + " x threads";
+  return "measured: 1-thread " + matmul_peak_kernel(act_dtype) + " x threads";
 }
 
 // The trace window clipped to the run. A window past the end is a warning, not an error:

@@ -38,6 +38,16 @@ double best_gflops(F&& gemm, int dim, int repeats, int threads_after) {
   return 2.0 * double(dim) * dim * dim / best_s / 1e9;
 }
 
+// Whether measure_sgemm_gflops also times cblas_sgemm: where sgemm runs our kernel and the
+// build has BLAS.
+bool probe_adds_openblas() {
+#ifdef RINGSTEP_HAVE_BLAS
+  return cpu::sgemm_runs_ours();
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 double measure_sgemm_gflops(int dim, int repeats, int threads_after) {
@@ -54,7 +64,7 @@ double measure_sgemm_gflops(int dim, int repeats, int threads_after) {
       },
       dim, repeats, threads_after);
 #ifdef RINGSTEP_HAVE_BLAS
-  if (cpu::sgemm_runs_ours()) {
+  if (probe_adds_openblas()) {
     gflops =
         std::max(gflops, best_gflops(
                              [&] {
@@ -84,6 +94,13 @@ double measure_matmul_peak_gflops(DType dt, int dim, int repeats, int threads_af
                     c.data(), dim);
       },
       dim, repeats, threads_after);
+}
+
+std::string matmul_peak_kernel(DType dt) {
+  if (dt != DType::f32 && !cpu::gemm16_widens(dt)) return cpu::gemm16_kernel(dt);
+  if (!cpu::sgemm_runs_ours()) return "SGEMM (OpenBLAS)";
+  if (!probe_adds_openblas()) return std::string("SGEMM (") + cpu::sgemm_kernel() + ")";
+  return std::string("SGEMM (best of ") + cpu::sgemm_kernel() + " and OpenBLAS)";
 }
 
 }  // namespace ringstep

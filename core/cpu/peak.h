@@ -4,6 +4,8 @@
 // denominator on the CPU is this number times the compute threads (docs/metrics.md).
 #pragma once
 
+#include <string>
+
 #include "core/dtype.h"
 
 namespace ringstep {
@@ -16,5 +18,9 @@ double measure_sgemm_gflops(int dim, int repeats, int threads_after);
 // SGEMM for fp32 and for dtypes gemm16 runs through SGEMM (fp16, or bf16 without AMX or
 // AVX512-BF16), gemm16's bf16 kernel otherwise. Same protocol as measure_sgemm_gflops.
 double measure_matmul_peak_gflops(DType dt, int dim, int repeats, int threads_after);
+
+// What measure_matmul_peak_gflops times for DT, for the log header: gemm16's bf16 kernel,
+// "SGEMM (OpenBLAS)", or "SGEMM (best of <our kernel> and OpenBLAS)".
+std::string matmul_peak_kernel(DType dt);
 
 }  // namespace ringstep
