@@ -67,6 +67,7 @@ int local_rank() {
 
 void set_compute_threads(int n) {
   omp_set_num_threads(n);
+  omp_set_max_active_levels(1);
   Eigen::setNbThreads(n);
 #ifdef RINGSTEP_HAVE_BLAS
   openblas_set_num_threads(n);

@@ -17,7 +17,9 @@ int resolve_threads(int requested, int local_ranks, int hardware);
 int local_rank_count();
 // This rank's index among the ranks on its node, from the same environment; 0 when none is set.
 int local_rank();
-// Sets OpenMP, Eigen and (when linked) OpenBLAS to n threads each.
+// Sets OpenMP, Eigen and (when linked) OpenBLAS to n threads each, and keeps one OpenMP
+// level active: a parallel region opened inside another runs on the thread that opens it
+// (the kernels rely on it to call parallel ops from inside their own regions).
 void set_compute_threads(int n);
 
 }  // namespace ringstep

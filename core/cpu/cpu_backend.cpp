@@ -8,6 +8,7 @@
 #include "core/cpu/attention16.h"
 #include "core/cpu/gemm16.h"
 #include "core/cpu/ops.h"
+#include "core/cpu/team.h"
 
 namespace ringstep::cpu {
 namespace {
@@ -39,10 +40,6 @@ void narrow(DType dt, const float* in, uint16_t* out, size_t n) {
   for_convert_chunks(n, [&](size_t b, size_t len) { narrow_from_fp32(dt, in + b, out + b, len); });
 }
 
-void round_to(DType dt, const float* in, float* out, size_t n) {
-  for_convert_chunks(n, [&](size_t b, size_t len) { round_to_dtype(dt, in + b, out + b, len); });
-}
-
 // Element I of a 16-bit stored tensor.
 void* elem16(void* act, size_t i) { return u16(act) + i; }
 const void* elem16(const void* act, size_t i) { return u16(act) + i; }
@@ -57,38 +54,65 @@ void for_row_blocks(Arena& arena, int N, int block, Fn&& fn) {
   }
 }
 
-// An fp32 copy of N stored DT values at ACT, in arena scratch (unfilled when counting).
-const float* load(DType dt, Arena& arena, const void* act, size_t n) {
-  float* buf = arena.alloc_floats(n);
-  if (!arena.counting()) widen(dt, u16(act), buf, n);
-  return buf;
-}
+// A row block's work in one parallel region (when it holds at least kParallelMinValues
+// values): FN(i0, count) runs once per thread on that thread's rows [i0, i0 + count) of
+// ROWS, a static split; outside a region it runs once on all of them. The ops FN calls
+// open no region of their own (nested regions are inactive: threads.h), so a thread
+// widens, computes and rounds its own rows in its own cache, with one fork/join per block.
+constexpr size_t kParallelMinValues = size_t{1} << 15;
 
-// N fp32 values X (leading dim LD) rounded to DT in arena scratch, held the way gemm16 reads
-// them: kept in fp32 where gemm16 widens (so no product widens them again), else as 16-bit
-// bits. Unfilled when counting.
-Operand16 rounded_operand(DType dt, Arena& arena, const float* x, size_t n, int ld) {
-  if (gemm16_widens(dt)) {
-    float* wide = arena.alloc_floats(n);
-    if (!arena.counting()) round_to(dt, x, wide, n);
-    return {nullptr, 0, wide, ld};
+template <typename Fn>
+void for_thread_rows(int rows, int C, Fn&& fn) {
+#pragma omp parallel if (size_t(rows) * C >= kParallelMinValues)
+  {
+    const Span share = team_share(size_t(rows));
+    if (share.size() > 0) fn(int(share.begin), int(share.size()));
   }
-  auto* bits = static_cast<uint16_t*>(arena.alloc_bytes(n * sizeof(uint16_t)));
-  if (!arena.counting()) narrow(dt, x, bits, n);
-  return {bits, ld};
 }
 
-// A row-wise op on 16-bit storage: for each block of kRowBlock rows of INP (N, C), widens
-// the block to x, calls FN(y, x, r0, rows) for the fp32 result y, and rounds y into OUT.
+// N fp32 values rounded to DT in arena scratch, held the way gemm16 reads them: in fp32
+// where gemm16 widens (so no product widens them again), else as 16-bit bits.
+class RoundedScratch {
+ public:
+  RoundedScratch(DType dt, Arena& arena, size_t n) : dt_(dt) {
+    if (gemm16_widens(dt))
+      wide_ = arena.alloc_floats(n);
+    else
+      bits_ = static_cast<uint16_t*>(arena.alloc_bytes(n * sizeof(uint16_t)));
+  }
+  // Values [begin, begin + n) from X.
+  void fill(const float* x, size_t begin, size_t n) const {
+    if (bits_ != nullptr)
+      narrow_from_fp32(dt_, x + begin, bits_ + begin, n);
+    else
+      round_to_dtype(dt_, x + begin, wide_ + begin, n);
+  }
+  Operand16 operand(int ld) const {
+    return bits_ != nullptr ? Operand16{bits_, ld} : Operand16{nullptr, 0, wide_, ld};
+  }
+
+ private:
+  DType dt_;
+  float* wide_ = nullptr;
+  uint16_t* bits_ = nullptr;
+};
+
+// A row-wise op on 16-bit storage: for each block of kRowBlock rows of INP (N, C), each
+// thread widens its rows of the block to x, calls FN(y, x, r, rows) for the fp32 result y
+// of rows [r, r + rows) of the whole tensor, and rounds y into OUT.
 template <typename Fn>
 void rows_in_fp32(DType dt, Arena& arena, void* out, const void* inp, int N, int C, Fn&& fn) {
   for_row_blocks(arena, N, CpuBackend::kRowBlock, [&](int r0, int rows) {
-    const size_t at = size_t(r0) * C, n = size_t(rows) * C;
-    const float* x = load(dt, arena, elem16(inp, at), n);
+    const size_t n = size_t(rows) * C;
+    float* x = arena.alloc_floats(n);
     float* y = arena.alloc_floats(n);
     if (arena.counting()) return;
-    fn(y, x, r0, rows);
-    narrow(dt, y, u16(elem16(out, at)), n);
+    for_thread_rows(rows, C, [&](int i0, int count) {
+      const size_t at = size_t(i0) * C, len = size_t(count) * C, src = size_t(r0) * C + at;
+      widen_to_fp32(dt, u16(elem16(inp, src)), x + at, len);
+      fn(y + at, x + at, r0 + i0, count);
+      narrow_from_fp32(dt, y + at, u16(elem16(out, src)), len);
+    });
   });
 }
 
@@ -170,11 +194,17 @@ void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, c
   }
   // Row blocks in order: dweight and dbias add the rows in the same order as one call.
   for_row_blocks(arena, N, kRowBlock, [&](int r0, int rows) {
-    const size_t at = size_t(r0) * C;
-    const float* x = load(dt_, arena, elem16(inp, at), size_t(rows) * C);
+    const size_t at = size_t(r0) * C, n = size_t(rows) * C;
+    float* x = arena.alloc_floats(n);
     if (arena.counting()) return;
-    cpu::layernorm_backward(dinp + at, dweight, dbias, dout + at, x, weight, mean + r0, rstd + r0,
-                            rows, C);
+#pragma omp parallel if (n >= kParallelMinValues)
+    {
+      const Span share = team_share(n);
+      widen_to_fp32(dt_, u16(elem16(inp, at)) + share.begin, x + share.begin, share.size());
+#pragma omp barrier
+      cpu::layernorm_backward_team(dinp + at, dweight, dbias, dout + at, x, weight, mean + r0,
+                                   rstd + r0, rows, C);
+    }
   });
 }
 
@@ -190,13 +220,18 @@ void CpuBackend::linear_forward(void* out, const void* inp, const float* weight,
   for_row_blocks(arena, N, kGemmRowBlock, [&](int r0, int rows) {
     const size_t n = size_t(rows) * OC;
     float* y = arena.alloc_floats(n);
-    const float* res =
-        residual != nullptr ? load(dt_, arena, elem16(residual, size_t(r0) * OC), n) : nullptr;
+    float* res = residual != nullptr ? arena.alloc_floats(n) : nullptr;
     if (arena.counting()) return;
     gemm16(dt_, false, true, rows, OC, C, 1.0f, Operand16{u16(elem16(inp, size_t(r0) * C)), C},
            weight_operand(weight, C), 0.0f, y, OC, bias);
-    if (res != nullptr) cpu::residual_forward(y, res, y, n);
-    narrow(dt_, y, u16(elem16(out, size_t(r0) * OC)), n);
+    for_thread_rows(rows, OC, [&](int i0, int count) {
+      const size_t at = size_t(i0) * OC, len = size_t(count) * OC, dst = size_t(r0) * OC + at;
+      if (res != nullptr) {
+        widen_to_fp32(dt_, u16(elem16(residual, dst)), res + at, len);
+        cpu::residual_forward(y + at, res + at, y + at, len);
+      }
+      narrow_from_fp32(dt_, y + at, u16(elem16(out, dst)), len);
+    });
   });
 }
 
@@ -212,16 +247,21 @@ void CpuBackend::linear_backward(float* dinp, float* dweight, float* dbias, cons
   // on every call.
   for_row_blocks(arena, N, kGemmRowBlock, [&](int r0, int rows) {
     const float* dy = dout + size_t(r0) * OC;
-    const Operand16 d = rounded_operand(dt_, arena, dy, size_t(rows) * OC, OC);
+    const size_t n = size_t(rows) * OC;
+    const RoundedScratch rounded(dt_, arena, n);
     if (arena.counting()) return;
+#pragma omp parallel if (n >= kParallelMinValues)
+    {
+      const Span share = team_share(n);
+      rounded.fill(dy, share.begin, share.size());
+      if (dbias != nullptr) cpu::add_rows_team(dbias, dy, rows, OC);
+    }
+    const Operand16 d = rounded.operand(OC);
     if (dinp != nullptr)
       gemm16(dt_, false, false, rows, C, OC, 1.0f, d, weight_operand(weight, C), 0.0f,
              dinp + size_t(r0) * C, C);
     gemm16(dt_, true, false, OC, C, rows, 1.0f, d, Operand16{u16(elem16(inp, size_t(r0) * C)), C},
            1.0f, dweight, C);
-    if (dbias != nullptr)
-      for (int r = 0; r < rows; ++r)
-        for (int o = 0; o < OC; ++o) dbias[o] += dy[size_t(r) * OC + o];
   });
 }
 
@@ -269,10 +309,13 @@ void CpuBackend::gelu_backward(float* d, const void* inp, int N, int C, Arena& a
     return;
   }
   for_row_blocks(arena, N, kRowBlock, [&](int r0, int rows) {
-    const size_t at = size_t(r0) * C, n = size_t(rows) * C;
-    const float* x = load(dt_, arena, elem16(inp, at), n);
+    float* x = arena.alloc_floats(size_t(rows) * C);
     if (arena.counting()) return;
-    cpu::gelu_backward_inplace(d + at, x, n);
+    for_thread_rows(rows, C, [&](int i0, int count) {
+      const size_t at = size_t(i0) * C, len = size_t(count) * C, src = size_t(r0) * C + at;
+      widen_to_fp32(dt_, u16(elem16(inp, src)), x + at, len);
+      cpu::gelu_backward_inplace(d + src, x + at, len);
+    });
   });
 }
 

@@ -5,13 +5,15 @@
 // reduced and written), vectorised by Eigen's array expressions, which include vector
 // exp and tanh for float.
 //
-// Determinism: every reduction over rows (dweight, dbias, dwte, dwpe) runs serially in row
-// order, so results do not depend on the thread count; row-parallel loops write disjoint
-// rows.
+// Determinism: every reduction over rows (dweight, dbias, dwte, dwpe) adds the rows in row
+// order, each column on one thread (LayerNorm's and the matmul's split the columns across
+// the team), so results do not depend on the thread count; row-parallel loops write
+// disjoint rows.
 #include "core/cpu/ops.h"
 
 #include "core/cpu/eigen_maps.h"
 #include "core/cpu/gemm.h"
+#include "core/cpu/team.h"
 
 // GCC 12 reports its own _mm512_undefined_* intrinsics (inlined through Eigen's AVX-512
 // packets) as maybe-uninitialized; a known false positive (GCC bug 105593).
@@ -26,6 +28,9 @@ namespace {
 
 // Below this many elements an OpenMP fork/join costs about as much as it saves.
 constexpr size_t kParallelMinElems = size_t{1} << 15;
+// Column shares of the row reductions start at multiples of this many values (one or two
+// cache lines).
+constexpr size_t kColumnGrain = 16;
 // Elementwise ops walk their arrays in chunks that fit in L1 next to their operands.
 constexpr size_t kChunk = 1024;
 
@@ -82,22 +87,46 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 }
 
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const T* mean, const T* rstd, int N, int C) {
+void layernorm_backward_team(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                             const T* weight, const T* mean, const T* rstd, int N, int C) {
   const ConstArrayMap<T> w(weight, C);
-  ArrayMap<T> dw(dweight, C), db(dbias, C);
   // With xhat = (x - mean) * rstd and g = dout * w:
-  // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+  // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). Rows are independent.
+#pragma omp for schedule(static) nowait
   for (int n = 0; n < N; ++n) {
     const ConstArrayMap<T> x(inp + size_t(n) * C, C), dy(dout + size_t(n) * C, C);
     const auto xhat = (x - mean[n]) * rstd[n];
     const auto g = dy * w;
     const T g_mean = g.mean();
     const T g_xhat_mean = (g * xhat).mean();
-    db += dy;
-    dw += dy * xhat;
     ArrayMap<T>(dinp + size_t(n) * C, C) += (g - g_mean - xhat * g_xhat_mean) * rstd[n];
   }
+  // dweight and dbias: this thread's columns, summed over the rows in order.
+  const Span cols = team_share(size_t(C), kColumnGrain);
+  const Eigen::Index c0 = Eigen::Index(cols.begin), len = Eigen::Index(cols.size());
+  if (len == 0) return;
+  ArrayMap<T> dw(dweight + c0, len), db(dbias + c0, len);
+  for (int n = 0; n < N; ++n) {
+    const ConstArrayMap<T> x(inp + size_t(n) * C + c0, len), dy(dout + size_t(n) * C + c0, len);
+    db += dy;
+    dw += dy * ((x - mean[n]) * rstd[n]);
+  }
+}
+
+template <typename T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int N, int C) {
+#pragma omp parallel if (size_t(N) * C >= kParallelMinElems)
+  layernorm_backward_team(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+template <typename T>
+void add_rows_team(T* sum, const T* rows, int N, int C) {
+  const Span cols = team_share(size_t(C), kColumnGrain);
+  const Eigen::Index c0 = Eigen::Index(cols.begin), len = Eigen::Index(cols.size());
+  if (len == 0) return;
+  ArrayMap<T> s(sum + c0, len);
+  for (int n = 0; n < N; ++n) s += ConstArrayMap<T>(rows + size_t(n) * C + c0, len);
 }
 
 template <typename T>
@@ -111,8 +140,8 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   if (dinp != nullptr) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
   gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
   if (dbias != nullptr) {
-    ArrayMap<T> db(dbias, OC);
-    for (int n = 0; n < N; ++n) db += ConstArrayMap<T>(dout + size_t(n) * OC, OC);
+#pragma omp parallel if (size_t(N) * OC >= kParallelMinElems)
+    add_rows_team(dbias, dout, N, OC);
   }
 }
 
@@ -207,20 +236,23 @@ void softmax_crossentropy_backward(T* dlogits, const T* probs, const int32_t* ta
   }
 }
 
-#define RINGSTEP_INSTANTIATE_OPS(T)                                                          \
-  template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int);   \
-  template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int, int, int);        \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);    \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,    \
-                                      const T*, int, int);                                   \
-  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);          \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int); \
-  template void gelu_forward<T>(T*, const T*, size_t);                                       \
-  template void gelu_backward<T>(T*, const T*, const T*, size_t);                            \
-  template void gelu_backward_inplace<T>(T*, const T*, size_t);                              \
-  template void residual_forward<T>(T*, const T*, const T*, size_t);                         \
-  template void residual_backward<T>(T*, T*, const T*, size_t);                              \
-  template void softmax_crossentropy_forward<T>(T*, T*, const T*, const int32_t*, int, int); \
+#define RINGSTEP_INSTANTIATE_OPS(T)                                                            \
+  template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int);     \
+  template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int, int, int);          \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);      \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,      \
+                                      const T*, int, int);                                     \
+  template void layernorm_backward_team<T>(T*, T*, T*, const T*, const T*, const T*, const T*, \
+                                           const T*, int, int);                                \
+  template void add_rows_team<T>(T*, const T*, int, int);                                      \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);            \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);   \
+  template void gelu_forward<T>(T*, const T*, size_t);                                         \
+  template void gelu_backward<T>(T*, const T*, const T*, size_t);                              \
+  template void gelu_backward_inplace<T>(T*, const T*, size_t);                                \
+  template void residual_forward<T>(T*, const T*, const T*, size_t);                           \
+  template void residual_backward<T>(T*, T*, const T*, size_t);                                \
+  template void softmax_crossentropy_forward<T>(T*, T*, const T*, const int32_t*, int, int);   \
   template void softmax_crossentropy_backward<T>(T*, const T*, const int32_t*, T, int, int);
 
 RINGSTEP_INSTANTIATE_OPS(float)

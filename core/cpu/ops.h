@@ -21,8 +21,7 @@ template <typename T>
 void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tt,
                      int C);
 template <typename T>
-void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tt,
-                      int C);
+void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tt, int C);
 
 // out = (inp - mean) * rstd * weight + bias over the last axis (eps 1e-5);
 // mean[N] and rstd[N] are saved for backward.
@@ -30,8 +29,20 @@ template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int N, int C);
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int N, int C);
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int N, int C);
+
+// The "_team" functions do their op's work shared by the calling OpenMP team, opening no
+// region: every thread of the team calls them with the same arguments (outside a parallel
+// region one thread does it all). They end without a barrier, so the caller's next
+// reader of their output waits at one (the end of its region does).
+// layernorm_backward shared by the team.
+template <typename T>
+void layernorm_backward_team(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                             const T* weight, const T* mean, const T* rstd, int N, int C);
+// sum[C] += the N rows of rows[N, C], added in row order.
+template <typename T>
+void add_rows_team(T* sum, const T* rows, int N, int C);
 
 // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]; bias may be null.
 template <typename T>
@@ -39,8 +50,8 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 // dinp[N,C] = dout @ weight (written); dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_n
 // dout. dinp and dbias may be null (not needed).
 template <typename T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                     const T* weight, int N, int C, int OC);
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC);
 
 // Causal multi-head self-attention. qkv[B,Tt,3C] holds q | k | v; head h uses channels
 // [h*hs, (h+1)*hs) of each, hs = C/NH. att[B,NH,Tt,Tt] receives the softmax probabilities
@@ -50,8 +61,8 @@ template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tt, int C, int NH);
 // dqkv[B,Tt,3C] += gradient through the op; uses att saved by forward.
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tt,
-                        int C, int NH);
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tt, int C,
+                        int NH);
 
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 template <typename T>

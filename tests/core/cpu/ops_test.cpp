@@ -588,10 +588,22 @@ TEST(Ops, ThreadCountDoesNotChangeResults) {
     layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, 4 * C);
     gelu_forward(g.data(), x.data(), x.size());
     gelu_backward(dg.data(), x.data(), ln.data(), x.size());
+    // The row reductions split columns across threads: gradients at offsets that are not
+    // 64-byte aligned, and a width that is no multiple of the column grain.
+    const int W = 4 * C - 3;
+    std::vector<float> dln(x.size()), dparams(3 * W + 5, 0.5f);
+    float* dw = dparams.data() + 1;
+    float* db = dw + W + 1;
+    float* dbias = db + W + 1;
+    layernorm_backward(dln.data(), dw, db, g.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                       N, W);
+    std::vector<float> dweight(W);  // a product: not compared (the BLAS may split it)
+    matmul_backward<float>(nullptr, dweight.data(), dbias, x.data(), ln.data(), w.data(), N, 1, W);
     omp_set_num_threads(saved);
-    return std::vector<std::vector<float>>{out, att, dqkv, ln, g, dg};
+    return std::vector<std::vector<float>>{out, att, dqkv, ln, g, dg, dln, dparams};
   };
-  EXPECT_EQ(run(1), run(4));
+  const auto one = run(1);
+  for (int threads : {2, 3, 4}) EXPECT_EQ(one, run(threads)) << threads << " threads";
 }
 #endif
 
