@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 
@@ -18,12 +19,51 @@ extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace ringstep {
 
+namespace {
+
+// The CPUs hardware_threads counts (threads.h); false when the mask cannot be read.
+bool process_cpu_set(cpu_set_t& set) {
+  CPU_ZERO(&set);
+  const int places = omp_get_proc_bind() == omp_proc_bind_false ? 0 : omp_get_num_places();
+  if (places <= 0) return sched_getaffinity(0, sizeof(set), &set) == 0;
+  for (int p = 0; p < places; ++p) {
+    std::vector<int> ids(size_t(std::max(0, omp_get_place_num_procs(p))));
+    omp_get_place_proc_ids(p, ids.data());
+    for (int id : ids)
+      if (id >= 0 && id < CPU_SETSIZE) CPU_SET(id, &set);
+  }
+  return CPU_COUNT(&set) > 0;
+}
+
+}  // namespace
+
 int hardware_threads() {
   // The affinity mask honours taskset, cgroup cpusets and mpirun --bind-to, which
   // hardware_concurrency() does not.
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  if (process_cpu_set(set)) return std::max(1, CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::string process_cpus_description() {
+  cpu_set_t set;
+  if (!process_cpu_set(set)) return "unknown";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    if (!out.empty()) out += ',';
+    out += std::to_string(c);
+    if (last > c) out += '-' + std::to_string(last);
+    c = last;
+  }
+  return out;
+}
+
+void restore_process_affinity() {
+  cpu_set_t set;
+  if (process_cpu_set(set)) sched_setaffinity(0, sizeof(set), &set);
 }
 
 int resolve_threads(int requested, int local_ranks, int hardware) {

@@ -4,10 +4,20 @@
 // parallel region.
 #pragma once
 
+#include <string>
+
 namespace ringstep {
 
-// CPUs this process may run on (affinity mask), at least 1.
+// CPUs this process may run on, at least 1: its affinity mask (taskset, cgroup cpusets,
+// mpirun --bind-to), or, where OMP_PROC_BIND has libgomp bind threads, the union of
+// libgomp's places (libgomp pins the initial thread to the first place before main, so that
+// thread's own mask then shows one place only).
 int hardware_threads();
+// The same CPUs as a list for the log header: "0-3", "0,2,4-7".
+std::string process_cpus_description();
+// Makes the calling thread's affinity the whole of those CPUs again: before exec, whose
+// new image inherits it (and would otherwise see one place only).
+void restore_process_affinity();
 // requested > 0 is used as is; 0 means auto: max(1, hardware / local_ranks).
 // Throws InputError for a negative request.
 int resolve_threads(int requested, int local_ranks);

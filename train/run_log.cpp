@@ -8,6 +8,7 @@
 #include "core/cpu/gemm16.h"
 #include "core/cpu/sgemm.h"
 #include "core/stats.h"
+#include "core/threads.h"
 #include "models/gpt.h"
 #include "optim/loss_scaler.h"
 #include "optim/onebit_adam.h"
@@ -149,11 +150,18 @@ void print_header(const Config& cfg, const RunFacts& f, const Gpt& model,
       f.flops_per_token / 1e6);
   print_data_and_batch(cfg, f);
   std::printf(
-      "  compute    %d ranks; per rank one OpenMP pool of %d threads shared by our loops and "
-      "%s, idle threads %s%s; fp32 products on %s; peak %.1f GFLOP/s/rank (%s)\n",
-      f.world, f.threads, blas_description().c_str(), omp_wait_description().c_str(),
+      "  compute    %d ranks; per rank one OpenMP pool of %d threads (rank 0 on CPUs %s) shared "
+      "by our loops and %s, idle threads %s%s; fp32 products on %s; peak %.1f GFLOP/s/rank (%s)\n",
+      f.world, f.threads, process_cpus_description().c_str(), blas_description().c_str(),
+      omp_wait_description().c_str(),
       f.world > 1 ? "; + 1 comm engine thread (sleeps when no collective is queued)" : "",
       cpu::sgemm_kernel(), f.peak_gflops, f.peak_source.c_str());
+  if (f.threads > hardware_threads()) {
+    std::printf(
+        "  warning    %d threads per rank on %d CPU(s): they take turns. Under mpirun give "
+        "each rank its cores (--map-by slot:PE=%d --bind-to core) or lower run.threads\n",
+        f.threads, hardware_threads(), f.threads);
+  }
   std::printf(
       "  memory     params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activation arena "
       "%.2f MiB reserved",

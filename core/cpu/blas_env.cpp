@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/threads.h"
+
 #ifdef RINGSTEP_HAVE_BLAS
 extern "C" char* openblas_get_corename(void);
 extern "C" int openblas_get_parallel(void);  // 0 sequential, 1 pthreads, 2 OpenMP
@@ -17,8 +19,9 @@ bool set_blas_coretype() {
 #ifdef RINGSTEP_HAVE_BLAS
   if (std::getenv("OPENBLAS_CORETYPE")) return false;
   const char* core = openblas_get_corename();
-  const bool generic = core && (std::strcmp(core, "Prescott") == 0 ||
-                                std::strcmp(core, "Core2") == 0 || std::strcmp(core, "Nehalem") == 0);
+  const bool generic =
+      core && (std::strcmp(core, "Prescott") == 0 || std::strcmp(core, "Core2") == 0 ||
+               std::strcmp(core, "Nehalem") == 0);
   if (!generic || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
       !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
     return false;
@@ -44,6 +47,7 @@ void select_runtime_env(int argc, char** argv) {
   const bool omp = set_omp_wait();
   if (!blas && !omp) return;
   setenv("RINGSTEP_ENV_REEXEC", "1", 1);
+  restore_process_affinity();
   execv("/proc/self/exe", argv);
   // execv failed: carry on with the libraries' defaults rather than not at all.
 }

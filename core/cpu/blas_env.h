@@ -21,9 +21,9 @@ inline constexpr const char* kSpinCount = "10000";
 // Called first thing in main. Sets, where the user has not:
 //   OPENBLAS_CORETYPE=SkylakeX when OpenBLAS does not know this CPU and it has AVX-512;
 //   GOMP_SPINCOUNT=kSpinCount when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set;
-// and if it set anything, re-executes the program (same pid, same arguments) so that the
-// libraries load with it. A user's own settings are always respected. Returns normally when
-// nothing needs doing.
+// and if it set anything, re-executes the program (same pid, same arguments, on all of the
+// process's CPUs: threads.h) so that the libraries load with it. A user's own settings are
+// always respected. Returns normally when nothing needs doing.
 void select_runtime_env(int argc, char** argv);
 // "OpenBLAS SkylakeX (OPENBLAS_CORETYPE)" or "Eigen (no BLAS)", for the log header.
 std::string blas_description();

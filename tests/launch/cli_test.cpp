@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/cuda/device.h"
+#include "core/threads.h"
 
 namespace {
 
@@ -74,21 +75,21 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
   ExpectBadInput("train " + Tiny() + run + " --set model.n_heads=3", "n_heads", dir);
   ExpectBadInput("train " + Tiny() + run + " --set train.global_batch=7", "global_batch", dir);
   ExpectBadInput("train " + Tiny() + run + " --set comm.backend=nccl", "not implemented yet", dir);
-  ExpectBadInput("train " + Tiny() + run +
-                     " --set optimizer.name=onebit_adam --set optimizer.onebit.scale=l1",
-                 "got 'l1'; did you mean 'l2'?", dir);
+  ExpectBadInput(
+      "train " + Tiny() + run + " --set optimizer.name=onebit_adam --set optimizer.onebit.scale=l1",
+      "got 'l1'; did you mean 'l2'?", dir);
   ExpectBadInput("train " + Tiny() + run + " --set checkpoint.every=-1", "checkpoint.every", dir);
   ExpectBadInput("train " + Tiny() + run + " --set precision.dtype=bf17", "did you mean 'bf16'",
                  dir);
   ExpectBadInput("train " + Tiny() + run + " --set recompute.k=0", "recompute.k", dir);
-  ExpectBadInput("train " + Tiny() + run + " --set precision.loss_scale.min_scale=1e6",
-                 "min_scale", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set precision.loss_scale.min_scale=1e6", "min_scale",
+                 dir);
   ExpectBadInput("train " + Tiny() + run + " --set precision.loss_scale.backoff_factor=1.5",
                  "backoff_factor", dir);
-  ExpectBadInput("train " + Tiny() + run + " --set precision.loss_scale.mode=dynamc",
-                 "dynamic", dir);
-  ExpectBadInput("train " + Tiny() + run + " --set data.source=file --set data.path=" +
-                     (dir / "none.bin").string(),
+  ExpectBadInput("train " + Tiny() + run + " --set precision.loss_scale.mode=dynamc", "dynamic",
+                 dir);
+  ExpectBadInput("train " + Tiny() + run +
+                     " --set data.source=file --set data.path=" + (dir / "none.bin").string(),
                  "none.bin", dir);
   {
     std::ofstream bad(dir / "bad.yaml");
@@ -101,18 +102,20 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
     for (int i = 0; i < 200; ++i) text << "hello world \xff\xfe ";
   }
   ASSERT_EQ(RunCli("prepare --input " + (dir / "t.txt").string() + " --output " +
-                (dir / "t.bin").string()).code, 0);
+                   (dir / "t.bin").string())
+                .code,
+            0);
   ExpectBadInput("train " + Tiny() + run + " --set data.source=file --set model.vocab_size=128" +
                      " --set data.path=" + (dir / "t.bin").string(),
                  "t.bin", dir);
   // Truncated token file.
   fs::resize_file(dir / "t.bin", fs::file_size(dir / "t.bin") - 3);
-  ExpectBadInput("train " + Tiny() + run + " --set data.source=file --set data.path=" +
-                     (dir / "t.bin").string(),
+  ExpectBadInput("train " + Tiny() + run +
+                     " --set data.source=file --set data.path=" + (dir / "t.bin").string(),
                  "truncated", dir);
-  ExpectBadInput("prepare --input " + (dir / "nope.txt").string() + " --output " +
-                     (dir / "x.bin").string(),
-                 "nope.txt", dir);
+  ExpectBadInput(
+      "prepare --input " + (dir / "nope.txt").string() + " --output " + (dir / "x.bin").string(),
+      "nope.txt", dir);
   EXPECT_FALSE(fs::exists(dir / "x.bin"));
   fs::remove_all(dir);
 }
@@ -183,6 +186,36 @@ TEST(Cli, Fp16WithoutLossScalingWarnsAndRuns) {
   EXPECT_NE(r.output.find("round to zero in fp16"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(dir / "run" / "summary.json"));
   fs::remove_all(dir);
+}
+
+// The log header's "pool of N threads (rank 0 on CPUs L)" for a 1-step run of tiny.yaml with
+// run.threads auto, in this process's environment.
+std::string PoolLine(const std::string& name) {
+  fs::path dir = Temp(name);
+  Result r = RunCli("train " + Tiny() + " --set run.out_dir=" + (dir / "run").string() +
+                    " --set train.steps=1 --set train.eval_batches=1 --set run.threads=auto"
+                    " --set profile.peak_gflops=100 --set profile.trace_steps=[]");
+  fs::remove_all(dir);
+  EXPECT_EQ(r.code, 0) << r.output;
+  const size_t at = r.output.find("pool of");
+  return at == std::string::npos ? r.output : r.output.substr(at, r.output.find(')', at) - at);
+}
+
+// OMP_PROC_BIND makes libgomp pin the initial thread to one CPU before main: the process
+// must still count, and keep, all of its CPUs (threads auto, and after ringstep re-executes
+// itself to set its OpenMP environment).
+TEST(Cli, OpenMpBindingKeepsEveryCpu) {
+  if (ringstep::hardware_threads() < 2) GTEST_SKIP() << "one CPU: nothing to lose";
+  const std::string unbound = PoolLine("unbound");
+  EXPECT_NE(unbound.find("pool of " + std::to_string(ringstep::hardware_threads()) + " threads"),
+            std::string::npos)
+      << unbound;
+  setenv("OMP_PROC_BIND", "close", 1);
+  setenv("OMP_PLACES", "cores", 1);
+  const std::string bound = PoolLine("bound");
+  unsetenv("OMP_PROC_BIND");
+  unsetenv("OMP_PLACES");
+  EXPECT_EQ(bound, unbound);
 }
 
 TEST(Cli, HelpExitsZero) {
