@@ -217,13 +217,15 @@ void CpuBackend::linear_forward(void* out, const void* inp, const float* weight,
       cpu::residual_forward(f32(out), f32(residual), f32(out), size_t(N) * OC);
     return;
   }
+  // y = x W^T: op(B) = W^T (C x OC), packed once for every row block.
+  if (!arena.counting()) packed_weight_.pack(dt_, true, C, OC, weight_operand(weight, C));
   for_row_blocks(arena, N, kGemmRowBlock, [&](int r0, int rows) {
     const size_t n = size_t(rows) * OC;
     float* y = arena.alloc_floats(n);
     float* res = residual != nullptr ? arena.alloc_floats(n) : nullptr;
     if (arena.counting()) return;
-    gemm16(dt_, false, true, rows, OC, C, 1.0f, Operand16{u16(elem16(inp, size_t(r0) * C)), C},
-           weight_operand(weight, C), 0.0f, y, OC, bias);
+    gemm16(dt_, false, rows, OC, C, 1.0f, Operand16{u16(elem16(inp, size_t(r0) * C)), C},
+           packed_weight_, 0.0f, y, OC, bias);
     for_thread_rows(rows, OC, [&](int i0, int count) {
       const size_t at = size_t(i0) * OC, len = size_t(count) * OC, dst = size_t(r0) * OC + at;
       if (res != nullptr) {
@@ -243,6 +245,9 @@ void CpuBackend::linear_backward(float* dinp, float* dweight, float* dbias, cons
       cpu::matmul_backward(dinp, dweight, dbias, dout, f32(inp), weight, N, C, OC);
     return;
   }
+  // dx = dy W: op(B) = W (OC x C), packed once for every row block.
+  if (dinp != nullptr && !arena.counting())
+    packed_weight_.pack(dt_, false, OC, C, weight_operand(weight, C));
   // Row blocks in a fixed order: dweight sums the blocks' products in that order, the same
   // on every call.
   for_row_blocks(arena, N, kGemmRowBlock, [&](int r0, int rows) {
@@ -258,8 +263,7 @@ void CpuBackend::linear_backward(float* dinp, float* dweight, float* dbias, cons
     }
     const Operand16 d = rounded.operand(OC);
     if (dinp != nullptr)
-      gemm16(dt_, false, false, rows, C, OC, 1.0f, d, weight_operand(weight, C), 0.0f,
-             dinp + size_t(r0) * C, C);
+      gemm16(dt_, false, rows, C, OC, 1.0f, d, packed_weight_, 0.0f, dinp + size_t(r0) * C, C);
     gemm16(dt_, true, false, OC, C, rows, 1.0f, d, Operand16{u16(elem16(inp, size_t(r0) * C)), C},
            1.0f, dweight, C);
   });

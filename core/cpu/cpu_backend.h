@@ -23,7 +23,8 @@ namespace ringstep::cpu {
 class CpuBackend final : public Backend {
  public:
   // Rows per block of the 16-bit ops that convert to fp32, and of the 16-bit matrix
-  // products (larger: gemm16 packs the weight operand again for every call).
+  // products (larger: each block's fp32 result is scratch; the weight is packed once for
+  // all of a product's blocks).
   static constexpr int kRowBlock = 256;
   static constexpr int kGemmRowBlock = 512;
 
@@ -78,6 +79,9 @@ class CpuBackend final : public Backend {
   size_t params_n_ = 0;
   std::vector<uint16_t> weights16_;
   std::vector<float> weights32_;  // empty unless gemm16_widens(dt_)
+  // The weight operand of the 16-bit linear being computed, packed once for its row blocks
+  // (a view of weights16_ or weights32_ where gemm16 widens).
+  PackedB16 packed_weight_;
 };
 
 }  // namespace ringstep::cpu

@@ -30,14 +30,19 @@ namespace ringstep::cpu {
 // build the AMX code; gemm16_amx_bf16 must only be called once amx_usable() holds.
 namespace detail {
 bool amx_kernel_compiled();
+// B_PACKED: op(B) as pack_b_amx packed it (then B is not read), or null.
 void gemm16_amx_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                     const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
-                     int ldc, const float* bias);
+                     const uint16_t* A, int lda, const uint16_t* B, int ldb, const char* b_packed,
+                     float beta, float* C, int ldc, const float* bias);
+size_t packed_b_bytes_amx(int K, int N);
+void pack_b_amx(bool trans_b, int K, int N, const uint16_t* B, int ldb, char* dst);
 // Defined in gemm16_avx512.cpp, likewise.
 bool avx512_bf16_kernel_compiled();
 void gemm16_avx512_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                        const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta,
-                        float* C, int ldc, const float* bias);
+                        const uint16_t* A, int lda, const uint16_t* B, int ldb,
+                        const char* b_packed, float beta, float* C, int ldc, const float* bias);
+size_t packed_b_bytes_avx512(int K, int N);
+void pack_b_avx512(bool trans_b, int K, int N, const uint16_t* B, int ldb, char* dst);
 }  // namespace detail
 
 namespace {
@@ -130,28 +135,35 @@ void gemm16_sgemm(DType dt, bool trans_a, bool trans_b, int M, int N, int K, flo
         bias);
 }
 
-void check_args(DType dt, bool trans_a, bool trans_b, int M, int N, int K, const Operand16& A,
-                const Operand16& B, int ldc) {
-  auto fail = [](const std::string& what) { throw std::invalid_argument("gemm16: " + what); };
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("gemm16: " + what); }
+
+void check_ld(const std::string& name, int ld, int row) {
+  if (ld < std::max(1, row))
+    fail(name + "=" + std::to_string(ld) + " is shorter than a row of " + std::to_string(row));
+}
+
+// An operand read as NAME with rows of ROW values (READ: the product reads it at all).
+void check_operand(DType dt, const char* name, const Operand16& op, int row, bool read) {
+  if (read && op.bits == nullptr && (op.wide == nullptr || !gemm16_widens(dt)))
+    fail(std::string(name) + " has no 16-bit values and the kernel reads them");
+  if (op.bits != nullptr) check_ld(std::string("ld") + name, op.ld, row);
+  if (op.wide != nullptr) check_ld(std::string("ld") + name + " (widened)", op.ld_wide, row);
+}
+
+void check_sizes(DType dt, int M, int N, int K) {
   if (dt != DType::bf16 && dt != DType::f16) fail("dtype must be bf16 or fp16");
   if (M < 0 || N < 0 || K < 0) {
     fail("negative size M=" + std::to_string(M) + " N=" + std::to_string(N) +
          " K=" + std::to_string(K));
   }
-  auto check_ld = [&](const std::string& name, int ld, int row) {
-    if (ld < std::max(1, row)) {
-      fail(name + "=" + std::to_string(ld) + " is shorter than a row of " + std::to_string(row));
-    }
-  };
-  auto check_operand = [&](const char* name, const Operand16& op, int row) {
-    const bool read = M > 0 && N > 0 && K > 0;
-    if (read && op.bits == nullptr && (op.wide == nullptr || !gemm16_widens(dt)))
-      fail(std::string(name) + " has no 16-bit values and the kernel reads them");
-    if (op.bits != nullptr) check_ld(std::string("ld") + name, op.ld, row);
-    if (op.wide != nullptr) check_ld(std::string("ld") + name + " (widened)", op.ld_wide, row);
-  };
-  check_operand("a", A, trans_a ? M : K);
-  check_operand("b", B, trans_b ? K : N);
+}
+
+void check_args(DType dt, bool trans_a, bool trans_b, int M, int N, int K, const Operand16& A,
+                const Operand16& B, int ldc) {
+  check_sizes(dt, M, N, K);
+  const bool read = M > 0 && N > 0 && K > 0;
+  check_operand(dt, "a", A, trans_a ? M : K, read);
+  check_operand(dt, "b", B, trans_b ? K : N, read);
   check_ld("ldc", ldc, N);
 }
 
@@ -171,13 +183,47 @@ void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alp
   switch (kernel_for(dt)) {
     case Kernel16::amx_bf16:
       return detail::gemm16_amx_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B.bits, B.ld,
-                                     beta, C, ldc, bias);
+                                     nullptr, beta, C, ldc, bias);
     case Kernel16::avx512_bf16:
       return detail::gemm16_avx512_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B.bits,
-                                        B.ld, beta, C, ldc, bias);
+                                        B.ld, nullptr, beta, C, ldc, bias);
     case Kernel16::fp32_sgemm:
       return gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc, bias);
   }
+}
+
+void PackedB16::pack(DType dt, bool trans_b, int K, int N, const Operand16& B) {
+  check_sizes(dt, 0, N, K);
+  check_operand(dt, "b", B, trans_b ? K : N, N > 0 && K > 0);
+  dt_ = dt;
+  trans_b_ = trans_b;
+  K_ = K;
+  N_ = N;
+  view_ = B;
+  const Kernel16 kernel = kernel_for(dt);
+  tiles_ = kernel != Kernel16::fp32_sgemm && K > 0 && N > 0;
+  if (!tiles_) return;
+  const bool amx = kernel == Kernel16::amx_bf16;
+  packed_.resize(amx ? detail::packed_b_bytes_amx(K, N) : detail::packed_b_bytes_avx512(K, N));
+  (amx ? detail::pack_b_amx : detail::pack_b_avx512)(trans_b, K, N, B.bits, B.ld, packed_.data());
+}
+
+void gemm16(DType dt, bool trans_a, int M, int N, int K, float alpha, const Operand16& A,
+            const PackedB16& B, float beta, float* C, int ldc, const float* bias) {
+  if (dt != B.dt_ || K != B.K_ || N != B.N_) {
+    throw std::invalid_argument("gemm16: a PackedB16 of " + std::to_string(B.K_) + " x " +
+                                std::to_string(B.N_) + " used as " + std::to_string(K) + " x " +
+                                std::to_string(N));
+  }
+  if (!B.tiles_ || kernel_for(dt) == Kernel16::fp32_sgemm)
+    return gemm16(dt, trans_a, B.trans_b_, M, N, K, alpha, A, B.view_, beta, C, ldc, bias);
+  check_args(dt, trans_a, B.trans_b_, M, N, K, A, B.view_, ldc);
+  if (M == 0) return;
+  if (kernel_for(dt) == Kernel16::amx_bf16)
+    return detail::gemm16_amx_bf16(trans_a, B.trans_b_, M, N, K, alpha, A.bits, A.ld, nullptr, 0,
+                                   B.packed_.data(), beta, C, ldc, bias);
+  detail::gemm16_avx512_bf16(trans_a, B.trans_b_, M, N, K, alpha, A.bits, A.ld, nullptr, 0,
+                             B.packed_.data(), beta, C, ldc, bias);
 }
 
 bool gemm16_widens(DType dt) { return kernel_for(dt) == Kernel16::fp32_sgemm; }

@@ -5,7 +5,9 @@
 // Thread-safe; may be called from inside an OpenMP region (it then runs on that one thread).
 #pragma once
 
+#include <Eigen/Core>
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -44,6 +46,31 @@ struct Operand16 {
 void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
             const Operand16& A, const Operand16& B, float beta, float* C, int ldc,
             const float* bias = nullptr);
+
+// op(B) of gemm16 (K x N) prepared once for several products that read it whole, such as a
+// weight shared by every row block of a linear: packed in the bf16 kernels' tile layout,
+// or, where gemm16 widens, kept as a view of the caller's operand (which must then outlive
+// it unchanged). A product with it has the same bits as gemm16 on the operand itself.
+class PackedB16 {
+ public:
+  // B(k, j) = trans_b ? b[j * ld + k] : b[k * ld + j] for k < K, j < N. Throws
+  // std::invalid_argument as gemm16 would for B.
+  void pack(DType dt, bool trans_b, int K, int N, const Operand16& B);
+
+ private:
+  friend void gemm16(DType, bool, int, int, int, float, const Operand16&, const PackedB16&, float,
+                     float*, int, const float*);
+  DType dt_ = DType::bf16;
+  bool trans_b_ = false, tiles_ = false;  // tiles_: packed_ holds the tiles, else view_
+  int K_ = 0, N_ = 0;
+  Operand16 view_;
+  std::vector<char, Eigen::aligned_allocator<char>> packed_;
+};
+
+// gemm16 with op(B) = B as packed (K and N must be the packed ones); the same bits as gemm16
+// on the operand B was packed from.
+void gemm16(DType dt, bool trans_a, int M, int N, int K, float alpha, const Operand16& A,
+            const PackedB16& B, float beta, float* C, int ldc, const float* bias = nullptr);
 
 // Whether gemm16 for DT widens its operands to fp32 on this machine (the fp32-sgemm kernel):
 // then a caller that multiplies one operand several times gains from widening it once.

@@ -123,10 +123,16 @@ struct Avx512Bf16Kernel {
 bool avx512_bf16_kernel_compiled() { return true; }
 
 void gemm16_avx512_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                        const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta,
-                        float* C, int ldc, const float* bias) {
-  gemm16_tiled<Avx512Bf16Kernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                                 bias);
+                        const uint16_t* A, int lda, const uint16_t* B, int ldb,
+                        const char* b_packed, float beta, float* C, int ldc, const float* bias) {
+  gemm16_tiled<Avx512Bf16Kernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, b_packed, beta,
+                                 C, ldc, bias);
+}
+
+size_t packed_b_bytes_avx512(int K, int N) { return packed_b_bytes(K, N); }
+
+void pack_b_avx512(bool trans_b, int K, int N, const uint16_t* B, int ldb, char* dst) {
+  pack_b_tiles(trans_b, K, N, B, ldb, dst);
 }
 
 #else  // the compiler cannot build AVX512-BF16 code: gemm16 never takes this kernel
@@ -134,9 +140,13 @@ void gemm16_avx512_bf16(bool trans_a, bool trans_b, int M, int N, int K, float a
 bool avx512_bf16_kernel_compiled() { return false; }
 
 void gemm16_avx512_bf16(bool, bool, int, int, int, float, const uint16_t*, int, const uint16_t*,
-                        int, float, float*, int, const float*) {
-  std::abort();  // unreachable: gemm16 checks avx512_bf16_kernel_compiled() first
+                        int, const char*, float, float*, int, const float*) {
+  std::abort();  // unreachable: gemm16 checks the kernel was compiled first
 }
+
+size_t packed_b_bytes_avx512(int, int) { std::abort(); }
+
+void pack_b_avx512(bool, int, int, const uint16_t*, int, char*) { std::abort(); }
 
 #endif
 

@@ -166,6 +166,21 @@ void pack_operand(const Operand& op, int rows, int K, bool transpose, size_t pan
   }
 }
 
+// Bytes of op(B) (K x N) packed as panels of 32 columns over all of K.
+size_t packed_b_bytes(int K, int N) {
+  const int k_tiles = (K + kTileK - 1) / kTileK, n_panels = (N + kBlock - 1) / kBlock;
+  return size_t(k_tiles) * 2 * kTileBytes * n_panels;
+}
+
+// op(B) packed into dst (packed_b_bytes(K, N), 64-byte aligned) as gemm16_tiled packs it,
+// by the whole pool when it is large.
+void pack_b_tiles(bool trans_b, int K, int N, const uint16_t* B, int ldb, char* dst) {
+  const Operand b{B, ldb, trans_b};
+  const size_t panel_bytes = size_t((K + kTileK - 1) / kTileK) * 2 * kTileBytes;
+#pragma omp parallel if (double(N) * K >= double(1 << 16))
+  pack_operand(b, N, K, b.k_contiguous, panel_bytes, dst);
+}
+
 // C block = alpha * acc + beta * C block + bias on rows x cols (<= 32 x 32), with bias[j]
 // (the block's first column on; none when null) added last, as sgemm does (sgemm.h); beta
 // == 0 never reads C.
@@ -190,22 +205,24 @@ void store_block(const float* acc, int rows, int cols, float alpha, float beta, 
 }
 
 // C[M x N] = alpha * op(A) * op(B) + beta * C + bias on 16-bit bf16 operands, gemm16's contract
-// (gemm16.h). KERNEL, constructed once per thread inside the parallel region (its
+// (gemm16.h), with op(B) packed by pack_b_tiles when B_PACKED is set (then B and ldb are
+// not read). KERNEL, constructed once per thread inside the parallel region (its
 // constructor and destructor set up and release per-thread state), provides
 //   static constexpr size_t kL2ChunkBytes: the packed B swept per A panel;
 //   void multiply(a_panel, b_panel, k_tiles, out, ld): out (32 x 32 fp32, row stride ld
 //     floats) = the packed A panel times the packed B panel.
 template <class Kernel>
 void gemm16_tiled(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A,
-                  int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc,
-                  const float* bias) {
+                  int lda, const uint16_t* B, int ldb, const char* b_packed_in, float beta,
+                  float* C, int ldc, const float* bias) {
   const Operand a{A, lda, !trans_a}, b{B, ldb, trans_b};
   const int k_tiles = (K + kTileK - 1) / kTileK;
   const int m_panels = (M + kBlock - 1) / kBlock, n_panels = (N + kBlock - 1) / kBlock;
   const size_t panel_bytes = size_t(k_tiles) * 2 * kTileBytes;
   static thread_local ScratchBuffer a_scratch, b_scratch;
   char* a_packed = a_scratch.get(panel_bytes * m_panels);
-  char* b_packed = b_scratch.get(panel_bytes * n_panels);
+  const char* b_packed =
+      b_packed_in != nullptr ? b_packed_in : b_scratch.get(panel_bytes * n_panels);
   const int n_chunks =
       int((panel_bytes * n_panels + Kernel::kL2ChunkBytes - 1) / Kernel::kL2ChunkBytes);
   const int chunk_panels = (n_panels + n_chunks - 1) / n_chunks;
@@ -219,7 +236,8 @@ void gemm16_tiled(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
     // The A tile wants dwords (m, p), the B tile (p, n); a k-contiguous source reads as
     // (r, p), so A transposes when k is not contiguous and B when it is.
     pack_operand(a, M, K, !a.k_contiguous, panel_bytes, a_packed);
-    pack_operand(b, N, K, b.k_contiguous, panel_bytes, b_packed);
+    if (b_packed_in == nullptr)
+      pack_operand(b, N, K, b.k_contiguous, panel_bytes, const_cast<char*>(b_packed));
     // (implicit barrier after each: both operands are packed)
     alignas(64) float acc[kBlock * kBlock];
     const Kernel kernel;

@@ -360,6 +360,37 @@ TEST_P(Gemm16Kernel, WidenedOperandsGiveTheSameBits) {
   EXPECT_EQ(gemm16_widens(DType::bf16), GetParam() == "sgemm");
 }
 
+// A B packed once (PackedB16) gives gemm16's bits on B itself, for every transpose, edge
+// sizes, a bias, and products of several row counts that share it (a linear's row blocks);
+// K or N other than the packed ones are refused.
+TEST_P(Gemm16Kernel, PackedOperandGivesTheSameBits) {
+  for (int t = 0; t < 4; ++t) {
+    for (const int K : {1, 31, 33, 400}) {
+      for (const int N : {1, 33, 70}) {
+        Problem p = make_problem(DType::bf16, t & 1, t & 2, 75, N, K, 1.0f, 0.0f, 3, 29 + K + N);
+        p.bias.resize(size_t(N));
+        for (int j = 0; j < N; ++j) p.bias[j] = 0.25f * float(j % 7) - 0.5f;
+        PackedB16 packed;
+        packed.pack(p.dt, p.trans_b, K, N, Operand16{p.b.data(), p.ldb});
+        for (const int M : {p.M, 1, 40}) {
+          Problem q = p;
+          q.M = M;
+          const std::vector<float> ref = run(q);
+          std::vector<float> c = q.c0;
+          gemm16(q.dt, q.trans_a, M, N, K, q.alpha, Operand16{q.a.data(), q.lda}, packed, q.beta,
+                 c.data(), q.ldc, q.bias.data());
+          ASSERT_EQ(std::memcmp(c.data(), ref.data(), size_t(M) * q.ldc * 4), 0)
+              << "t=" << t << " M=" << M << " N=" << N << " K=" << K;
+        }
+        std::vector<float> c = p.c0;
+        EXPECT_THROW(gemm16(p.dt, p.trans_a, p.M, N, K + 1, p.alpha, Operand16{p.a.data(), p.lda},
+                            packed, p.beta, c.data(), p.ldc),
+                     std::invalid_argument);
+      }
+    }
+  }
+}
+
 // The same inputs at other addresses (2 and 64 bytes further) give the same bits.
 TEST_P(Gemm16Kernel, AlignmentDoesNotChangeBits) {
   for (int t = 0; t < 4; ++t) {
