@@ -204,7 +204,9 @@ void PackedB16::pack(DType dt, bool trans_b, int K, int N, const Operand16& B) {
   tiles_ = kernel != Kernel16::fp32_sgemm && K > 0 && N > 0;
   if (!tiles_) return;
   const bool amx = kernel == Kernel16::amx_bf16;
-  packed_.resize(amx ? detail::packed_b_bytes_amx(K, N) : detail::packed_b_bytes_avx512(K, N));
+  // Only grows: resizing down and up again would zero the difference on every pack.
+  const size_t bytes = amx ? detail::packed_b_bytes_amx(K, N) : detail::packed_b_bytes_avx512(K, N);
+  if (packed_.size() < bytes) packed_.resize(bytes);
   (amx ? detail::pack_b_amx : detail::pack_b_avx512)(trans_b, K, N, B.bits, B.ld, packed_.data());
 }
 
