@@ -32,11 +32,11 @@ template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, int N, int C);
 
-// The "_team" functions do their op's work shared by the calling OpenMP team, opening no
-// region: every thread of the team calls them with the same arguments (outside a parallel
-// region one thread does it all). They end without a barrier, so the caller's next
-// reader of their output waits at one (the end of its region does).
-// layernorm_backward shared by the team.
+// Team variants: every thread of the calling OpenMP team calls them with the same
+// arguments and does its share of the work. They open no region of their own (outside one,
+// a single thread does all of it) and end without a barrier: the end of the caller's region,
+// or a barrier, must come before anything reads their output.
+// layernorm_backward, shared by the team.
 template <typename T>
 void layernorm_backward_team(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                              const T* weight, const T* mean, const T* rstd, int N, int C);
