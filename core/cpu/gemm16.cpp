@@ -167,6 +167,18 @@ void check_args(DType dt, bool trans_a, bool trans_b, int M, int N, int K, const
   check_ld("ldc", ldc, N);
 }
 
+// One of the bf16 tile kernels (amx_bf16 or avx512_bf16) on A and op(B), read from B or,
+// when B_PACKED is set, from that packing (pack_b_amx / pack_b_avx512).
+void gemm16_tiles(Kernel16 kernel, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                  const Operand16& A, const uint16_t* B, int ldb, const char* b_packed, float beta,
+                  float* C, int ldc, const float* bias) {
+  if (kernel == Kernel16::amx_bf16)
+    return detail::gemm16_amx_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B, ldb, b_packed,
+                                   beta, C, ldc, bias);
+  detail::gemm16_avx512_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B, ldb, b_packed, beta,
+                             C, ldc, bias);
+}
+
 }  // namespace
 
 void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
@@ -180,16 +192,11 @@ void gemm16(DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alp
   check_args(dt, trans_a, trans_b, M, N, K, A, B, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, bias, C, ldc);
-  switch (kernel_for(dt)) {
-    case Kernel16::amx_bf16:
-      return detail::gemm16_amx_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B.bits, B.ld,
-                                     nullptr, beta, C, ldc, bias);
-    case Kernel16::avx512_bf16:
-      return detail::gemm16_avx512_bf16(trans_a, trans_b, M, N, K, alpha, A.bits, A.ld, B.bits,
-                                        B.ld, nullptr, beta, C, ldc, bias);
-    case Kernel16::fp32_sgemm:
-      return gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc, bias);
-  }
+  const Kernel16 kernel = kernel_for(dt);
+  if (kernel == Kernel16::fp32_sgemm)
+    return gemm16_sgemm(dt, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc, bias);
+  gemm16_tiles(kernel, trans_a, trans_b, M, N, K, alpha, A, B.bits, B.ld, nullptr, beta, C, ldc,
+               bias);
 }
 
 void PackedB16::pack(DType dt, bool trans_b, int K, int N, const Operand16& B) {
@@ -217,15 +224,13 @@ void gemm16(DType dt, bool trans_a, int M, int N, int K, float alpha, const Oper
                                 std::to_string(B.N_) + " used as " + std::to_string(K) + " x " +
                                 std::to_string(N));
   }
-  if (!B.tiles_ || kernel_for(dt) == Kernel16::fp32_sgemm)
+  const Kernel16 kernel = kernel_for(dt);
+  if (!B.tiles_ || kernel == Kernel16::fp32_sgemm)
     return gemm16(dt, trans_a, B.trans_b_, M, N, K, alpha, A, B.view_, beta, C, ldc, bias);
   check_args(dt, trans_a, B.trans_b_, M, N, K, A, B.view_, ldc);
   if (M == 0) return;
-  if (kernel_for(dt) == Kernel16::amx_bf16)
-    return detail::gemm16_amx_bf16(trans_a, B.trans_b_, M, N, K, alpha, A.bits, A.ld, nullptr, 0,
-                                   B.packed_.data(), beta, C, ldc, bias);
-  detail::gemm16_avx512_bf16(trans_a, B.trans_b_, M, N, K, alpha, A.bits, A.ld, nullptr, 0,
-                             B.packed_.data(), beta, C, ldc, bias);
+  gemm16_tiles(kernel, trans_a, B.trans_b_, M, N, K, alpha, A, nullptr, 0, B.packed_.data(), beta,
+               C, ldc, bias);
 }
 
 bool gemm16_widens(DType dt) { return kernel_for(dt) == Kernel16::fp32_sgemm; }
