@@ -192,7 +192,10 @@ void store_block(const float* acc, int rows, int cols, float alpha, float beta, 
     for (int h = 0; h < kBlock / 16 && cols - 16 * h > 0; ++h) {
       const int n = cols - 16 * h;
       const __mmask16 mask = n >= 16 ? __mmask16(0xFFFF) : (__mmask16(1) << n) - 1;
-      __m512 v = _mm512_mul_ps(va, _mm512_load_ps(acc + i * kBlock + 16 * h));
+      // The rounding builtin, not _mm512_mul_ps: GCC may fuse a plain vector multiply into
+      // the add below (-ffp-contract=fast), which would round once where sgemm rounds twice.
+      __m512 v = _mm512_mul_round_ps(va, _mm512_load_ps(acc + i * kBlock + 16 * h),
+                                     _MM_FROUND_CUR_DIRECTION);
       if (beta == 1.0f) {
         v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, c + 16 * h), v);
       } else if (beta != 0.0f) {
