@@ -4,8 +4,9 @@
 //       by the threads (each packs some panels);
 //   ic: each thread's share of the rows, in blocks of kBlockRows; op(A)[ic, pc] is packed
 //       into panels of MR rows (72 x 384 floats: 108 KiB, in L2);
-//   jr, ir: one NR-column B panel (384 x 16 floats: 24 KiB, in L1) against every MR-row
-//       A panel of the block, one micro-kernel call each.
+//   jr, ir: one NR-column B panel (384 x NR floats: 24 KiB for NR = 16, in L1; 48 KiB for
+//       NR = 32, streamed from L2 at 128 bytes per 24 FMAs) against every MR-row A panel of
+//       the block, one micro-kernel call each.
 #include "core/cpu/sgemm.h"
 
 #include <algorithm>
@@ -17,7 +18,10 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-#define RINGSTEP_SGEMM_AVX2 1
+#define RINGSTEP_SGEMM_AVX2 1  // the packers' transposes, and the 6 x 16 micro-kernel
+#if defined(__AVX512F__)
+#define RINGSTEP_SGEMM_AVX512 1  // the 12 x 32 micro-kernel
+#endif
 #endif
 
 #ifdef RINGSTEP_HAVE_BLAS
@@ -31,7 +35,13 @@
 namespace ringstep::cpu {
 namespace {
 
+// The register block: 12 x 32 in 24 zmm accumulators with AVX-512, 6 x 16 in 12 ymm with
+// AVX2 (and the portable kernel). Each leaves room for the B row and a broadcast A value.
+#ifdef RINGSTEP_SGEMM_AVX512
+constexpr int MR = 12, NR = 32;
+#else
 constexpr int MR = 6, NR = 16;
+#endif
 // Measured against 72/144/288 rows and 256/384 deep on small.yaml's shapes (docs/perf.md).
 constexpr int kDepth = 384;
 constexpr int kBlockRows = 72;
@@ -55,25 +65,31 @@ inline float written(float acc, float old, int j, const Write& w) {
 }
 
 #ifdef RINGSTEP_SGEMM_AVX2
-// The untransposed A's six rows SRC interleaved into AP (ap[k * 6 + r] = src[r][k]), four
-// k at a time: a 4 x 4 transpose of rows 0-3 and pairs of rows 4-5. Returns how many k it
-// did (a multiple of 4); the caller does the rest.
+// The untransposed A's MR rows SRC interleaved into AP (ap[k * MR + r] = src[r][k]), four
+// k at a time: a 4 x 4 transpose of each four rows, and pairs for the last two (MR = 6).
+// Returns how many k it did (a multiple of 4); the caller does the rest.
 int interleave_rows4(const float* const (&src)[MR], int kc, float* ap) {
+  static_assert(MR % 4 == 0 || MR % 4 == 2);
   int k = 0;
   for (; k + 4 <= kc; k += 4, ap += 4 * MR) {
-    __m128 r0 = _mm_loadu_ps(src[0] + k), r1 = _mm_loadu_ps(src[1] + k);
-    __m128 r2 = _mm_loadu_ps(src[2] + k), r3 = _mm_loadu_ps(src[3] + k);
-    const __m128 r4 = _mm_loadu_ps(src[4] + k), r5 = _mm_loadu_ps(src[5] + k);
-    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);  // r0 = rows 0-3 at k, r1 at k + 1, ...
-    const __m128 lo = _mm_unpacklo_ps(r4, r5), hi = _mm_unpackhi_ps(r4, r5);
-    _mm_storeu_ps(ap + 0, r0);
-    _mm_storel_pi(reinterpret_cast<__m64*>(ap + 4), lo);
-    _mm_storeu_ps(ap + 6, r1);
-    _mm_storeh_pi(reinterpret_cast<__m64*>(ap + 10), lo);
-    _mm_storeu_ps(ap + 12, r2);
-    _mm_storel_pi(reinterpret_cast<__m64*>(ap + 16), hi);
-    _mm_storeu_ps(ap + 18, r3);
-    _mm_storeh_pi(reinterpret_cast<__m64*>(ap + 22), hi);
+    int r = 0;
+    for (; r + 4 <= MR; r += 4) {
+      __m128 r0 = _mm_loadu_ps(src[r] + k), r1 = _mm_loadu_ps(src[r + 1] + k);
+      __m128 r2 = _mm_loadu_ps(src[r + 2] + k), r3 = _mm_loadu_ps(src[r + 3] + k);
+      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);  // r0 = rows r..r+3 at k, r1 at k + 1, ...
+      _mm_storeu_ps(ap + r, r0);
+      _mm_storeu_ps(ap + MR + r, r1);
+      _mm_storeu_ps(ap + 2 * MR + r, r2);
+      _mm_storeu_ps(ap + 3 * MR + r, r3);
+    }
+    if (r < MR) {  // rows r and r + 1: (r, k), (r + 1, k), (r, k + 1), ...
+      const __m128 x = _mm_loadu_ps(src[r] + k), y = _mm_loadu_ps(src[r + 1] + k);
+      const __m128 lo = _mm_unpacklo_ps(x, y), hi = _mm_unpackhi_ps(x, y);
+      _mm_storel_pi(reinterpret_cast<__m64*>(ap + r), lo);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(ap + MR + r), lo);
+      _mm_storel_pi(reinterpret_cast<__m64*>(ap + 2 * MR + r), hi);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(ap + 3 * MR + r), hi);
+    }
   }
   return k;
 }
@@ -165,10 +181,8 @@ void pack_b_panel(bool trans, const SgemmOperand& B, int k0, int kc, int j0, int
     }
 #ifdef RINGSTEP_SGEMM_AVX2
     if (width == NR) {
-      for (; k + 8 <= kc; k += 8) {
-        transpose8(src + k, ld, dst + k * NR);
-        transpose8(src + 8 * ld + k, ld, dst + k * NR + 8);
-      }
+      for (; k + 8 <= kc; k += 8)
+        for (int j = 0; j < NR; j += 8) transpose8(src + j * ld + k, ld, dst + k * NR + j);
     }
 #endif
     for (; k < kc; ++k)
@@ -194,7 +208,68 @@ void write_tile(const float (&acc)[MR][NR], int m, int n, const Write& w, float*
   }
 }
 
-#ifdef RINGSTEP_SGEMM_AVX2
+#if defined(RINGSTEP_SGEMM_AVX512)
+// One 12 x 32 block of C from an A panel (kc x 12) and a B panel (kc x 32): two B loads,
+// twelve broadcasts and 24 FMAs per k, into 24 named accumulators (an array of __m512
+// would live on the stack, as with AVX2 below).
+void micro_kernel(int kc, const float* __restrict ap, const float* __restrict bp, int m, int n,
+                  const Write& w, float* c, int ldc) {
+  for (int r = 0; r < m; ++r) {  // C's block is read or written only after the k loop
+    const char* cr = reinterpret_cast<const char*>(c + size_t(r) * ldc);
+    _mm_prefetch(cr, _MM_HINT_T0);
+    _mm_prefetch(cr + 64, _MM_HINT_T0);
+    _mm_prefetch(cr + sizeof(float) * (NR - 1), _MM_HINT_T0);
+  }
+  __m512 c0a = _mm512_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a, c2a = c0a, c2b = c0a;
+  __m512 c3a = c0a, c3b = c0a, c4a = c0a, c4b = c0a, c5a = c0a, c5b = c0a;
+  __m512 c6a = c0a, c6b = c0a, c7a = c0a, c7b = c0a, c8a = c0a, c8b = c0a;
+  __m512 c9a = c0a, c9b = c0a, c10a = c0a, c10b = c0a, c11a = c0a, c11b = c0a;
+  for (int k = 0; k < kc; ++k, ap += MR, bp += NR) {
+    const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#define RINGSTEP_SGEMM_ROW(r)                  \
+  do {                                         \
+    const __m512 a = _mm512_set1_ps(ap[r]);    \
+    c##r##a = _mm512_fmadd_ps(a, b0, c##r##a); \
+    c##r##b = _mm512_fmadd_ps(a, b1, c##r##b); \
+  } while (0)
+    RINGSTEP_SGEMM_ROW(0);
+    RINGSTEP_SGEMM_ROW(1);
+    RINGSTEP_SGEMM_ROW(2);
+    RINGSTEP_SGEMM_ROW(3);
+    RINGSTEP_SGEMM_ROW(4);
+    RINGSTEP_SGEMM_ROW(5);
+    RINGSTEP_SGEMM_ROW(6);
+    RINGSTEP_SGEMM_ROW(7);
+    RINGSTEP_SGEMM_ROW(8);
+    RINGSTEP_SGEMM_ROW(9);
+    RINGSTEP_SGEMM_ROW(10);
+    RINGSTEP_SGEMM_ROW(11);
+#undef RINGSTEP_SGEMM_ROW
+  }
+  const __m512 acc[MR][2] = {{c0a, c0b}, {c1a, c1b}, {c2a, c2b},   {c3a, c3b},
+                             {c4a, c4b}, {c5a, c5b}, {c6a, c6b},   {c7a, c7b},
+                             {c8a, c8b}, {c9a, c9b}, {c10a, c10b}, {c11a, c11b}};
+  if (m == MR && n == NR) {
+    const __m512 alpha = _mm512_set1_ps(w.alpha), beta = _mm512_set1_ps(w.beta);
+    for (int r = 0; r < MR; ++r) {
+      float* cr = c + size_t(r) * ldc;
+      for (int h = 0; h < 2; ++h) {
+        __m512 t = _mm512_mul_ps(alpha, acc[r][h]);
+        if (w.beta != 0.0f) t = _mm512_fmadd_ps(beta, _mm512_loadu_ps(cr + 16 * h), t);
+        if (w.bias != nullptr) t = _mm512_add_ps(t, _mm512_loadu_ps(w.bias + 16 * h));
+        _mm512_storeu_ps(cr + 16 * h, t);
+      }
+    }
+    return;
+  }
+  alignas(64) float tile[MR][NR];
+  for (int r = 0; r < MR; ++r) {
+    _mm512_store_ps(tile[r], acc[r][0]);
+    _mm512_store_ps(tile[r] + 16, acc[r][1]);
+  }
+  write_tile(tile, m, n, w, c, ldc);
+}
+#elif defined(RINGSTEP_SGEMM_AVX2)
 // One MR x NR block of C from an A panel (kc x MR) and a B panel (kc x NR): two B loads, six
 // broadcasts and twelve FMAs per k. The accumulators are named variables, not an array: GCC
 // keeps an array of __m256 on the stack and stores it on every iteration.
@@ -376,11 +451,10 @@ const float* openblas_operand(const SgemmOperand& s, int rows, int cols, bool pa
 }
 #endif
 
-// Ours where OpenBLAS's kernels are no wider (AVX2 without AVX-512) or there is no BLAS.
+// Ours where it has a micro-kernel as wide as OpenBLAS's (AVX2, AVX-512) or there is no
+// BLAS.
 constexpr bool kOwnByDefault =
-#if !defined(RINGSTEP_HAVE_BLAS)
-    true;
-#elif defined(RINGSTEP_SGEMM_AVX2) && !defined(__AVX512F__)
+#if !defined(RINGSTEP_HAVE_BLAS) || defined(RINGSTEP_SGEMM_AVX2)
     true;
 #else
     false;
@@ -433,7 +507,9 @@ bool sgemm_runs_ours() { return use_own_kernel(); }
 
 const char* sgemm_kernel() {
   if (!use_own_kernel()) return "openblas";
-#ifdef RINGSTEP_SGEMM_AVX2
+#if defined(RINGSTEP_SGEMM_AVX512)
+  return "avx512-12x32";
+#elif defined(RINGSTEP_SGEMM_AVX2)
   return "avx2-6x16";
 #else
   return "portable-6x16";

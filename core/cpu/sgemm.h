@@ -1,12 +1,11 @@
 // fp32 row-major matrix products: the model's linears, the LM head and attention's head
 // products go through here. Two kernels:
-// - "avx2-6x16", ours: BLIS's layered blocking (Goto & van de Geijn 2008) around a 6 x 16
-//   AVX2 micro-kernel (Van Zee & van de Geijn 2015), with the bias broadcast folded into
-//   the write of C. Used where the CPU has AVX2 and FMA but no AVX-512, where OpenBLAS's
-//   best kernels are AVX2 as well (docs/perf.md section 14c measures the two).
-// - "openblas": cblas_sgemm, where the CPU has AVX-512 (OpenBLAS's SkylakeX kernels are
-//   twice as wide as ours), or the build has no AVX2 (RINGSTEP_NATIVE=OFF). Without BLAS,
-//   ours runs with a portable micro-kernel.
+// - ours: BLIS's layered blocking (Goto & van de Geijn 2008) around a register-blocked
+//   micro-kernel (Van Zee & van de Geijn 2015), with the bias broadcast folded into the
+//   write of C: "avx512-12x32" where the CPU has AVX-512, "avx2-6x16" where it has AVX2 and
+//   FMA (docs/perf.md sections 14c and 14g measure them against OpenBLAS).
+// - "openblas": cblas_sgemm, where the build has no AVX2 (RINGSTEP_NATIVE=OFF), or when
+//   forced (RINGSTEP_SGEMM=openblas). Without BLAS, ours runs with a portable micro-kernel.
 //
 // Our kernel computes each element of C as one chain of fused multiply-adds over k in
 // order (in blocks of 384, added to C in order) and splits only M across threads, so its
@@ -44,11 +43,11 @@ struct SgemmOperand {
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const SgemmOperand& a,
            const SgemmOperand& b, float beta, float* c, int ldc, const float* bias = nullptr);
 
-// The kernel sgemm runs on this machine: "avx2-6x16" or "openblas" (see above), or
-// "portable-6x16" in a build without BLAS or AVX2.
+// The kernel sgemm runs on this machine: "avx512-12x32", "avx2-6x16" or "openblas" (see
+// above), or "portable-6x16" in a build without BLAS or AVX2.
 const char* sgemm_kernel();
 
-// Whether sgemm runs on our kernel here (avx2-6x16 or portable-6x16), not OpenBLAS's.
+// Whether sgemm runs on our kernel here (any but "openblas").
 bool sgemm_runs_ours();
 
 // Forces cblas_sgemm (process-wide) where the build has BLAS, so the two kernels can be
@@ -69,7 +68,7 @@ class PackedB {
  private:
   friend void gemm_packed(bool, int, int, int, float, const float*, int, const PackedB&, float,
                           float*, int);
-  std::vector<float, Eigen::aligned_allocator<float>> panels_;  // K x 16 each, in order
+  std::vector<float, Eigen::aligned_allocator<float>> panels_;  // K x NR each, in order
   bool packed_ = false;                                         // else the view below
   bool trans_ = false;
   const float* view_ = nullptr;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifdef _OPENMP
@@ -97,7 +98,9 @@ void expect_product(const Case& t, const Operands& o, const std::vector<float>& 
 }
 
 const Case kCases[] = {
-    {false, false, 6, 16, 8},     // one register block
+    {false, false, 6, 16, 8},     // one register block (6 x 16)
+    {false, false, 12, 32, 8},    // one register block (12 x 32)
+    {true, true, 25, 65, 9},      // edges past two 12 x 32 blocks
     {false, true, 64, 256, 64},   // attention's S = q k^T
     {true, false, 192, 64, 64},   // attention's dk += dS^T q
     {true, true, 13, 37, 5},      // every edge
@@ -163,6 +166,32 @@ TEST(Sgemm, PackedBMatchesFloat64ProductOnAPrefix) {
     }
   }
   sgemm_force_openblas(false);
+}
+
+// A product's top-left corner computed alone gives the same bits as in the whole product:
+// each element of C is one chain over k whether its register block is full or an edge
+// (alpha != 1 with a bias and beta 0 is where a fused multiply-add would round once less).
+TEST(Sgemm, EdgeBlocksRoundAsFullBlocks) {
+  if (!sgemm_runs_ours()) GTEST_SKIP() << "OpenBLAS's kernel runs here";
+  std::mt19937 rng(11);
+  const int M = 48, N = 96, K = 450;
+  const std::vector<float> a = random_floats(size_t(M) * K, rng),
+                           b = random_floats(size_t(K) * N, rng), bias = random_floats(N, rng);
+  for (const float beta : {0.0f, -0.5f}) {
+    const std::vector<float> c0 = random_floats(size_t(M) * N, rng);
+    std::vector<float> whole = c0;
+    sgemm(false, false, M, N, K, -1.3f, a.data(), K, b.data(), N, beta, whole.data(), N,
+          bias.data());
+    for (const auto [m, n] : {std::pair{5, 7}, std::pair{13, 33}, std::pair{47, 95}}) {
+      std::vector<float> corner = c0;
+      sgemm(false, false, m, n, K, -1.3f, a.data(), K, b.data(), N, beta, corner.data(), N,
+            bias.data());
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j)
+          ASSERT_EQ(corner[size_t(i) * N + j], whole[size_t(i) * N + j])
+              << m << " x " << n << " corner, beta " << beta << ", at (" << i << ", " << j << ")";
+    }
+  }
 }
 
 #ifdef _OPENMP
