@@ -8,7 +8,8 @@
 // Every product's B operand is a HeadOperand: in fp32 a PackedB (sgemm.h: prepared once
 // for our kernel, k and v once per head, the q and dout blocks once per block); in fp64
 // (the tests' reference precision) a strided view of the caller's buffer, multiplied by
-// gemm (gemm.h).
+// gemm (gemm.h). The fp32 products skip the causal triangle's zeros and unwanted entries
+// (sgemm.h's Triangle), which leaves the wanted entries' bits as the full products'.
 //
 // Pairs run in parallel; each writes only its own head's slices of out, att and dqkv, and
 // every product runs on one thread, so the result does not depend on the thread count.
@@ -39,7 +40,8 @@ using namespace attention_rows;
 
 // The B operand of a head's products, op(B) (K x N) with B(k, j) = trans ? b[j * ldb + k] :
 // b[k * ldb + j]. multiply computes C[M x N] = alpha * op(A) * B[0:K, 0:N] + beta * C
-// (row-major), with op(A)(i, k) = trans_a ? a[k * lda + i] : a[i * lda + k].
+// (row-major), with op(A)(i, k) = trans_a ? a[k * lda + i] : a[i * lda + k]; TRI says what
+// it may skip (the fp64 reference computes everything).
 template <typename T>
 class HeadOperand {
  public:
@@ -49,7 +51,7 @@ class HeadOperand {
     ldb_ = ldb;
   }
   void multiply(bool trans_a, int M, int N, int K, T alpha, const T* a, int lda, T beta, T* c,
-                int ldc) const {
+                int ldc, Triangle /*tri*/) const {
     gemm<T>(trans_a, trans_, M, N, K, alpha, a, lda, b_, ldb_, beta, c, ldc);
   }
 
@@ -65,8 +67,8 @@ class HeadOperand<float> {
  public:
   void set(bool trans, const float* b, int ldb, int K, int N) { packed_.pack(trans, b, ldb, K, N); }
   void multiply(bool trans_a, int M, int N, int K, float alpha, const float* a, int lda, float beta,
-                float* c, int ldc) const {
-    gemm_packed(trans_a, M, N, K, alpha, a, lda, packed_, beta, c, ldc);
+                float* c, int ldc, Triangle tri) const {
+    gemm_packed(trans_a, M, N, K, alpha, a, lda, packed_, beta, c, ldc, tri);
   }
 
  private:
@@ -109,9 +111,12 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tt, int C, int N
     for (int r0 = 0; r0 < Tt; r0 += kQueryBlock) {
       const int nr = std::min(kQueryBlock, Tt - r0), nk = r0 + nr;
       T* pb = p + size_t(r0) * Tt;
-      kt.multiply(false, nr, nk, hs, scale, q + size_t(r0) * ld, ld, T(0), pb, Tt);
+      // Row i of the block is query r0 + i: it sees keys up to r0 + i.
+      kt.multiply(false, nr, nk, hs, scale, q + size_t(r0) * ld, ld, T(0), pb, Tt,
+                  {Triangle::c_lower, r0});
       for (int i = 0; i < nr; ++i) causal_softmax_row(pb + size_t(i) * Tt, r0 + i, Tt);
-      v.multiply(false, nr, hs, nk, T(1), pb, Tt, T(0), o + size_t(r0) * C, C);
+      v.multiply(false, nr, hs, nk, T(1), pb, Tt, T(0), o + size_t(r0) * C, C,
+                 {Triangle::a_lower, r0});
     }
   }
 }
@@ -142,16 +147,22 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
       const int nr = std::min(kQueryBlock, Tt - r0), nk = r0 + nr;
       const T* pb = p + size_t(r0) * Tt;
       const T* dout_b = dout_h + size_t(r0) * C;
-      vt.multiply(false, nr, nk, hs, T(1), dout_b, C, T(0), ds, nk);  // dP
+      vt.multiply(false, nr, nk, hs, T(1), dout_b, C, T(0), ds, nk,  // dP = dout v^T
+                  {Triangle::c_lower, r0});
       // Softmax backward: dS = P * (dP - rowsum(dP * P)); masked entries get exact zeros.
       for (int i = 0; i < nr; ++i) {
         causal_softmax_backward_row(ds + size_t(i) * nk, pb + size_t(i) * Tt, r0 + i, nk);
       }
-      kk.multiply(false, nr, hs, nk, scale, ds, nk, T(1), dq + size_t(r0) * ld, ld);
+      kk.multiply(false, nr, hs, nk, scale, ds, nk, T(1), dq + size_t(r0) * ld, ld,
+                  {Triangle::a_lower, r0});
+      // Key j gets dS and P entries from queries r0 + i >= j only: (dS^T)(j, i) is 0 for
+      // i < j - r0.
       qb.set(false, q + size_t(r0) * ld, ld, nr, hs);
-      qb.multiply(true, nk, hs, nr, scale, ds, nk, T(1), dk, ld);  // dk += scale dS^T q
+      qb.multiply(true, nk, hs, nr, scale, ds, nk, T(1), dk, ld,  // dk += scale dS^T q
+                  {Triangle::a_upper, r0});
       dob.set(false, dout_b, C, nr, hs);
-      dob.multiply(true, nk, hs, nr, T(1), pb, Tt, T(1), dv, ld);  // dv += P^T dout
+      dob.multiply(true, nk, hs, nr, T(1), pb, Tt, T(1), dv, ld,  // dv += P^T dout
+                   {Triangle::a_upper, r0});
     }
   }
 }

@@ -338,15 +338,38 @@ void micro_kernel(int kc, const float* __restrict ap, const float* __restrict bp
 }
 #endif
 
-// A packed mc x kc block of A times the packed B panels covering N columns (panel q at
-// bp + q * panel_stride) into C[0:mc, 0:N].
+// Where a register block needs sums: the k range [lo, hi) of depth block [k0, k0 + kc)
+// for rows [i, i + m) and columns from j of the product, under TRI (sgemm.h).
+struct Depth {
+  int lo, hi;
+};
+Depth tile_depth(const Triangle& tri, int i, int m, int j, int k0, int kc) {
+  switch (tri.kind) {
+    case Triangle::c_lower:
+      return j > i + m - 1 + tri.diag ? Depth{0, 0} : Depth{0, kc};
+    case Triangle::a_lower:
+      return {0, std::clamp(i + m + tri.diag - k0, 0, kc)};
+    case Triangle::a_upper:
+      return {std::clamp(i - tri.diag - k0, 0, kc), kc};
+    case Triangle::none:
+      break;
+  }
+  return {0, kc};
+}
+
+// A packed mc x kc block of A (rows from I0 of the product, depth from K0) times the packed
+// B panels covering N columns (panel q at bp + q * panel_stride) into C[0:mc, 0:N].
 void macro_kernel(int mc, int N, int kc, const float* ap, const float* bp, size_t panel_stride,
-                  const Write& w, float* c, int ldc) {
+                  const Write& w, float* c, int ldc, int i0 = 0, int k0 = 0,
+                  const Triangle& tri = {}) {
   for (int q = 0; q * NR < N; ++q) {
     const int n = std::min(NR, N - q * NR);
     const Write wq{w.alpha, w.beta, w.bias != nullptr ? w.bias + q * NR : nullptr};
     for (int p = 0; p < mc; p += MR) {
-      micro_kernel(kc, ap + size_t(p) * kc, bp + q * panel_stride, std::min(MR, mc - p), n, wq,
+      const int m = std::min(MR, mc - p);
+      const Depth d = tile_depth(tri, i0 + p, m, q * NR, k0, kc);
+      micro_kernel(d.hi - d.lo, ap + size_t(p) * kc + size_t(d.lo) * MR,
+                   bp + q * panel_stride + size_t(d.lo) * NR, m, n, wq,
                    c + size_t(p) * ldc + q * NR, ldc);
     }
   }
@@ -535,7 +558,7 @@ void PackedB::pack(bool trans, const float* b, int ldb, int K, int N) {
 }
 
 void gemm_packed(bool trans_a, int M, int N, int K, float alpha, const float* a, int lda,
-                 const PackedB& b, float beta, float* c, int ldc) {
+                 const PackedB& b, float beta, float* c, int ldc, Triangle tri) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return scale_c(M, N, beta, nullptr, c, ldc);
 #ifdef RINGSTEP_HAVE_BLAS
@@ -553,7 +576,7 @@ void gemm_packed(bool trans_a, int M, int N, int K, float alpha, const float* a,
       const int mc = std::min(kBlockRows, M - i0);
       pack_a(trans_a, SgemmOperand{a, nullptr, DType::f32, lda}, i0, mc, k0, kc, ap);
       macro_kernel(mc, N, kc, ap, b.panels_.data() + size_t(k0) * NR, size_t(b.rows_) * NR, w,
-                   c + size_t(i0) * ldc, ldc);
+                   c + size_t(i0) * ldc, ldc, i0, k0, tri);
     }
   }
 }

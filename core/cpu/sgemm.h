@@ -54,6 +54,19 @@ bool sgemm_runs_ours();
 // compared in one process (bench, tests). RINGSTEP_SGEMM=openblas sets it at start.
 void sgemm_force_openblas(bool force);
 
+// A causal product's triangle, which gemm_packed may skip: row i of the product reaches
+// column (or key) i + diag.
+// - c_lower: only C(i, j) with j <= i + diag is wanted; a register block of C wholly
+//   past that line may get beta * C instead of the product (zero where beta == 0).
+// - a_lower: op(A)(i, k) == 0 for k > i + diag; a row's sum may stop there.
+// - a_upper: op(A)(i, k) == 0 for k < i - diag; a row's sum may start there.
+// The skipped terms are exact zeros: with finite B they leave a chain of fused multiply-adds
+// (which starts at +0) unchanged, so the wanted entries keep the full product's bits.
+struct Triangle {
+  enum Kind { none, c_lower, a_lower, a_upper } kind = none;
+  int diag = 0;
+};
+
 // op(B), K x N, prepared once for many products that read its leading rows and columns
 // (attention: a head's k and v, multiplied by every query block): packed into our kernel's
 // panels, or, where sgemm runs on OpenBLAS when it is packed, kept as a view of the
@@ -67,7 +80,7 @@ class PackedB {
 
  private:
   friend void gemm_packed(bool, int, int, int, float, const float*, int, const PackedB&, float,
-                          float*, int);
+                          float*, int, Triangle);
   std::vector<float, Eigen::aligned_allocator<float>> panels_;  // K x NR each, in order
   bool packed_ = false;                                         // else the view below
   bool trans_ = false;
@@ -77,8 +90,8 @@ class PackedB {
 };
 
 // C[M x N] = alpha * op(A) * B[0:K, 0:N] + beta * C, op(A) as in sgemm, on the calling
-// thread. Requires K <= b.rows() and N <= b.cols().
+// thread, skipping what TRI allows. Requires K <= b.rows() and N <= b.cols().
 void gemm_packed(bool trans_a, int M, int N, int K, float alpha, const float* a, int lda,
-                 const PackedB& b, float beta, float* c, int ldc);
+                 const PackedB& b, float beta, float* c, int ldc, Triangle tri = {});
 
 }  // namespace ringstep::cpu

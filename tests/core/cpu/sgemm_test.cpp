@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -227,6 +228,52 @@ TEST(Sgemm, ThreadCountAndRowSplitDoNotChangeBits) {
   EXPECT_EQ(whole, split);
 }
 #endif
+
+// gemm_packed's causal triangles (attention's): skipping the zeros of a triangular A, or
+// the register blocks of C past the wanted line, leaves every wanted entry's bits as the
+// full product's. The zeros are signed both ways (softmax backward makes -0 as well), and K
+// runs past one depth block.
+TEST(Sgemm, CausalTrianglesKeepTheFullProductsBits) {
+  if (!sgemm_runs_ours()) GTEST_SKIP() << "OpenBLAS's kernel runs here";
+  std::mt19937 rng(17);
+  for (const Triangle::Kind kind : {Triangle::c_lower, Triangle::a_lower, Triangle::a_upper}) {
+    for (const bool trans_a : {false, true}) {
+      for (const auto [M, N, K] : {std::tuple{70, 45, 90}, std::tuple{64, 64, 450}}) {
+        for (const int diag : {0, 13, 64}) {
+          const int lda = trans_a ? M : K;
+          std::vector<float> a = random_floats(size_t(M) * K, rng);
+          const auto zero = [&](int i, int k) {
+            return (kind == Triangle::a_lower && k > i + diag) ||
+                   (kind == Triangle::a_upper && k < i - diag);
+          };
+          for (int i = 0; i < M; ++i)
+            for (int k = 0; k < K; ++k)
+              if (zero(i, k))
+                (trans_a ? a[size_t(k) * lda + i] : a[size_t(i) * lda + k]) =
+                    (i + k) % 2 ? 0.0f : -0.0f;
+          const std::vector<float> b = random_floats(size_t(K) * N, rng);
+          PackedB packed;
+          packed.pack(false, b.data(), N, K, N);
+          for (const float beta : {0.0f, 1.0f}) {
+            const std::vector<float> c0 = random_floats(size_t(M) * N, rng);
+            std::vector<float> full = c0, skipped = c0;
+            gemm_packed(trans_a, M, N, K, 0.7f, a.data(), lda, packed, beta, full.data(), N);
+            gemm_packed(trans_a, M, N, K, 0.7f, a.data(), lda, packed, beta, skipped.data(), N,
+                        {kind, diag});
+            for (int i = 0; i < M; ++i)
+              for (int j = 0; j < N; ++j) {
+                if (kind == Triangle::c_lower && j > i + diag) continue;
+                ASSERT_EQ(skipped[size_t(i) * N + j], full[size_t(i) * N + j])
+                    << "kind " << kind << (trans_a ? " A^T " : " A ") << M << " x " << N << " x "
+                    << K << ", diag " << diag << ", beta " << beta << ", at (" << i << ", " << j
+                    << ")";
+              }
+          }
+        }
+      }
+    }
+  }
+}
 
 TEST(Sgemm, ZeroDepthIsBetaCPlusBias) {
   std::vector<float> c = {1, 2, 3, 4, 5, 6, 7, 8};
