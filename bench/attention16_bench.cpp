@@ -9,6 +9,7 @@
 // unmasked query x key blocks) / time / 1e9; softmax and conversions are in the time only.
 #include <benchmark/benchmark.h>
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -37,12 +38,17 @@ double flops_per_product() {
   return 2.0 * (kC / kNH) * rows_x_keys * kB * kNH;
 }
 
+// 64-byte aligned, as the trainer's activation arena is (the softmax rows' vector loops
+// depend on it).
+template <typename T>
+using Aligned = std::vector<T, Eigen::aligned_allocator<T>>;
+
 // q, k, v ~ N(0, 1) rounded to DT (fp32 copies exact), dout ~ N(0, 1); forward run once so
 // backward has its P.
 struct Buffers {
   DType dt;
-  std::vector<uint16_t> qkv16, out16, att16;
-  std::vector<float> qkv32, out32, att32, dout, dqkv;
+  Aligned<uint16_t> qkv16, out16, att16;
+  Aligned<float> qkv32, out32, att32, dout, dqkv;
 
   explicit Buffers(DType dt_) : dt(dt_) {
     const size_t n_qkv = size_t(kB) * kT * 3 * kC, n_out = size_t(kB) * kT * kC;

@@ -208,12 +208,28 @@ void write_tile(const float (&acc)[MR][NR], int m, int n, const Write& w, float*
   }
 }
 
+// Where a register block's operands are read: A(r, k) = a[r * a_row + k * a_k] and
+// B(k, j) = b[k * b_k + j]. Packed panels have a_row 1, a_k MR and b_k NR; attention's
+// products also read whole blocks in place (gemm_packed).
+struct TileOperands {
+  const float* a;
+  size_t a_row, a_k;
+  const float* b;
+  size_t b_k;
+};
+
+// A(r, k) for the micro-kernels below: rows 1 apart (kUnitRows) or a_row apart.
+#define RINGSTEP_SGEMM_A(r) (kUnitRows ? ap[r] : ap[(r)*a_row])
+
 #if defined(RINGSTEP_SGEMM_AVX512)
 // One 12 x 32 block of C from an A panel (kc x 12) and a B panel (kc x 32): two B loads,
 // twelve broadcasts and 24 FMAs per k, into 24 named accumulators (an array of __m512
 // would live on the stack, as with AVX2 below).
-void micro_kernel(int kc, const float* __restrict ap, const float* __restrict bp, int m, int n,
-                  const Write& w, float* c, int ldc) {
+template <bool kUnitRows>
+void micro_kernel(int kc, const TileOperands& t, int m, int n, const Write& w, float* c, int ldc) {
+  const float* __restrict ap = t.a;
+  const float* __restrict bp = t.b;
+  const size_t a_row = t.a_row, a_step = kUnitRows ? t.a_k : 1, b_step = t.b_k;
   for (int r = 0; r < m; ++r) {  // C's block is read or written only after the k loop
     const char* cr = reinterpret_cast<const char*>(c + size_t(r) * ldc);
     _mm_prefetch(cr, _MM_HINT_T0);
@@ -224,13 +240,13 @@ void micro_kernel(int kc, const float* __restrict ap, const float* __restrict bp
   __m512 c3a = c0a, c3b = c0a, c4a = c0a, c4b = c0a, c5a = c0a, c5b = c0a;
   __m512 c6a = c0a, c6b = c0a, c7a = c0a, c7b = c0a, c8a = c0a, c8b = c0a;
   __m512 c9a = c0a, c9b = c0a, c10a = c0a, c10b = c0a, c11a = c0a, c11b = c0a;
-  for (int k = 0; k < kc; ++k, ap += MR, bp += NR) {
+  for (int k = 0; k < kc; ++k, ap += a_step, bp += b_step) {
     const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-#define RINGSTEP_SGEMM_ROW(r)                  \
-  do {                                         \
-    const __m512 a = _mm512_set1_ps(ap[r]);    \
-    c##r##a = _mm512_fmadd_ps(a, b0, c##r##a); \
-    c##r##b = _mm512_fmadd_ps(a, b1, c##r##b); \
+#define RINGSTEP_SGEMM_ROW(r)                             \
+  do {                                                    \
+    const __m512 a = _mm512_set1_ps(RINGSTEP_SGEMM_A(r)); \
+    c##r##a = _mm512_fmadd_ps(a, b0, c##r##a);            \
+    c##r##b = _mm512_fmadd_ps(a, b1, c##r##b);            \
   } while (0)
     RINGSTEP_SGEMM_ROW(0);
     RINGSTEP_SGEMM_ROW(1);
@@ -273,8 +289,11 @@ void micro_kernel(int kc, const float* __restrict ap, const float* __restrict bp
 // One MR x NR block of C from an A panel (kc x MR) and a B panel (kc x NR): two B loads, six
 // broadcasts and twelve FMAs per k. The accumulators are named variables, not an array: GCC
 // keeps an array of __m256 on the stack and stores it on every iteration.
-void micro_kernel(int kc, const float* __restrict ap, const float* __restrict bp, int m, int n,
-                  const Write& w, float* c, int ldc) {
+template <bool kUnitRows>
+void micro_kernel(int kc, const TileOperands& t, int m, int n, const Write& w, float* c, int ldc) {
+  const float* __restrict ap = t.a;
+  const float* __restrict bp = t.b;
+  const size_t a_row = t.a_row, a_step = kUnitRows ? t.a_k : 1, b_step = t.b_k;
   // C's block is read or written only after the k loop: its lines arrive meanwhile.
   for (int r = 0; r < m; ++r) {
     _mm_prefetch(reinterpret_cast<const char*>(c + size_t(r) * ldc), _MM_HINT_T0);
@@ -282,24 +301,24 @@ void micro_kernel(int kc, const float* __restrict ap, const float* __restrict bp
   }
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  for (int k = 0; k < kc; ++k, ap += MR, bp += NR) {
-    const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
-    __m256 a = _mm256_broadcast_ss(ap + 0);
+  for (int k = 0; k < kc; ++k, ap += a_step, bp += b_step) {
+    const __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+    __m256 a = _mm256_broadcast_ss(&RINGSTEP_SGEMM_A(0));
     c00 = _mm256_fmadd_ps(a, b0, c00);
     c01 = _mm256_fmadd_ps(a, b1, c01);
-    a = _mm256_broadcast_ss(ap + 1);
+    a = _mm256_broadcast_ss(&RINGSTEP_SGEMM_A(1));
     c10 = _mm256_fmadd_ps(a, b0, c10);
     c11 = _mm256_fmadd_ps(a, b1, c11);
-    a = _mm256_broadcast_ss(ap + 2);
+    a = _mm256_broadcast_ss(&RINGSTEP_SGEMM_A(2));
     c20 = _mm256_fmadd_ps(a, b0, c20);
     c21 = _mm256_fmadd_ps(a, b1, c21);
-    a = _mm256_broadcast_ss(ap + 3);
+    a = _mm256_broadcast_ss(&RINGSTEP_SGEMM_A(3));
     c30 = _mm256_fmadd_ps(a, b0, c30);
     c31 = _mm256_fmadd_ps(a, b1, c31);
-    a = _mm256_broadcast_ss(ap + 4);
+    a = _mm256_broadcast_ss(&RINGSTEP_SGEMM_A(4));
     c40 = _mm256_fmadd_ps(a, b0, c40);
     c41 = _mm256_fmadd_ps(a, b1, c41);
-    a = _mm256_broadcast_ss(ap + 5);
+    a = _mm256_broadcast_ss(&RINGSTEP_SGEMM_A(5));
     c50 = _mm256_fmadd_ps(a, b0, c50);
     c51 = _mm256_fmadd_ps(a, b1, c51);
   }
@@ -327,16 +346,26 @@ void micro_kernel(int kc, const float* __restrict ap, const float* __restrict bp
 }
 #else
 // The same block in portable C++ (builds without AVX2 and FMA).
-void micro_kernel(int kc, const float* __restrict ap, const float* __restrict bp, int m, int n,
-                  const Write& w, float* c, int ldc) {
+template <bool kUnitRows>
+void micro_kernel(int kc, const TileOperands& t, int m, int n, const Write& w, float* c, int ldc) {
+  const float* ap = t.a;
+  const float* bp = t.b;
+  const size_t a_row = t.a_row, a_step = kUnitRows ? t.a_k : 1, b_step = t.b_k;
   float acc[MR][NR] = {};
-  for (int k = 0; k < kc; ++k, ap += MR, bp += NR) {
+  for (int k = 0; k < kc; ++k, ap += a_step, bp += b_step) {
     for (int r = 0; r < MR; ++r)
-      for (int j = 0; j < NR; ++j) acc[r][j] = std::fma(ap[r], bp[j], acc[r][j]);
+      for (int j = 0; j < NR; ++j) acc[r][j] = std::fma(RINGSTEP_SGEMM_A(r), bp[j], acc[r][j]);
   }
   write_tile(acc, m, n, w, c, ldc);
 }
 #endif
+
+#undef RINGSTEP_SGEMM_A
+
+void micro_kernel(int kc, const TileOperands& t, int m, int n, const Write& w, float* c, int ldc) {
+  if (t.a_row == 1) return micro_kernel<true>(kc, t, m, n, w, c, ldc);
+  micro_kernel<false>(kc, t, m, n, w, c, ldc);
+}
 
 // Where a register block needs sums: the k range [lo, hi) of depth block [k0, k0 + kc)
 // for rows [i, i + m) and columns from j of the product, under TRI (sgemm.h).
@@ -368,9 +397,9 @@ void macro_kernel(int mc, int N, int kc, const float* ap, const float* bp, size_
     for (int p = 0; p < mc; p += MR) {
       const int m = std::min(MR, mc - p);
       const Depth d = tile_depth(tri, i0 + p, m, q * NR, k0, kc);
-      micro_kernel(d.hi - d.lo, ap + size_t(p) * kc + size_t(d.lo) * MR,
-                   bp + q * panel_stride + size_t(d.lo) * NR, m, n, wq,
-                   c + size_t(p) * ldc + q * NR, ldc);
+      const TileOperands t{ap + size_t(p) * kc + size_t(d.lo) * MR, 1, MR,
+                           bp + q * panel_stride + size_t(d.lo) * NR, NR};
+      micro_kernel(d.hi - d.lo, t, m, n, wq, c + size_t(p) * ldc + q * NR, ldc);
     }
   }
 }
@@ -548,7 +577,8 @@ void PackedB::pack(bool trans, const float* b, int ldb, int K, int N) {
   trans_ = trans;
   view_ = b;
   ldb_ = ldb;
-  if (!packed_) return;
+  in_place_ = packed_ && !trans && N % NR == 0;
+  if (!packed_ || in_place_) return;
   const int panels = (N + NR - 1) / NR;
   panels_.resize(size_t(panels) * K * NR);
   for (int q = 0; q < panels; ++q) {
@@ -557,6 +587,10 @@ void PackedB::pack(bool trans, const float* b, int ldb, int K, int N) {
   }
 }
 
+// The products here are small (attention's head blocks, in L1 or L2), so A's whole register
+// blocks and an untransposed B with whole panels are read in place, as a packed copy would
+// hold them but with their own strides; only A's last partial block is packed. The sums
+// are the same chains over k as sgemm's.
 void gemm_packed(bool trans_a, int M, int N, int K, float alpha, const float* a, int lda,
                  const PackedB& b, float beta, float* c, int ldc, Triangle tri) {
   if (M <= 0 || N <= 0) return;
@@ -568,15 +602,33 @@ void gemm_packed(bool trans_a, int M, int N, int K, float alpha, const float* a,
   }
 #endif
   thread_local std::vector<float, Eigen::aligned_allocator<float>> a_buf;
-  float* ap = aligned_scratch(a_buf, size_t(kBlockRows) * kDepth);
+  float* edge = aligned_scratch(a_buf, size_t(MR) * kDepth);
+  const int whole = M / MR * MR;
   for (int k0 = 0; k0 < K; k0 += kDepth) {
     const int kc = std::min(kDepth, K - k0);
     const Write w = block_write(k0, alpha, beta, nullptr);
-    for (int i0 = 0; i0 < M; i0 += kBlockRows) {
-      const int mc = std::min(kBlockRows, M - i0);
-      pack_a(trans_a, SgemmOperand{a, nullptr, DType::f32, lda}, i0, mc, k0, kc, ap);
-      macro_kernel(mc, N, kc, ap, b.panels_.data() + size_t(k0) * NR, size_t(b.rows_) * NR, w,
-                   c + size_t(i0) * ldc, ldc, i0, k0, tri);
+    if (whole < M)
+      pack_a(trans_a, SgemmOperand{a, nullptr, DType::f32, lda}, whole, M - whole, k0, kc, edge);
+    for (int q = 0; q * NR < N; ++q) {
+      const int n = std::min(NR, N - q * NR);
+      for (int p = 0; p < M; p += MR) {
+        const int m = std::min(MR, M - p);
+        const Depth d = tile_depth(tri, p, m, q * NR, k0, kc);
+        const size_t k = size_t(k0 + d.lo);
+        TileOperands t{edge + size_t(d.lo) * MR, 1, MR, nullptr, 0};
+        if (p < whole) {
+          t = trans_a ? TileOperands{a + k * lda + p, 1, size_t(lda), nullptr, 0}
+                      : TileOperands{a + size_t(p) * lda + k, size_t(lda), 1, nullptr, 0};
+        }
+        if (b.in_place_) {
+          t.b = b.view_ + k * b.ldb_ + q * NR;
+          t.b_k = size_t(b.ldb_);
+        } else {
+          t.b = b.panels_.data() + size_t(q) * b.rows_ * NR + k * NR;
+          t.b_k = NR;
+        }
+        micro_kernel(d.hi - d.lo, t, m, n, w, c + size_t(p) * ldc + q * NR, ldc);
+      }
     }
   }
 }

@@ -69,8 +69,9 @@ struct Triangle {
 
 // op(B), K x N, prepared once for many products that read its leading rows and columns
 // (attention: a head's k and v, multiplied by every query block): packed into our kernel's
-// panels, or, where sgemm runs on OpenBLAS when it is packed, kept as a view of the
-// caller's B (which must then outlive it unchanged).
+// panels, or kept as a view of the caller's B (which must then outlive it unchanged) where
+// our kernel can read B's panels in place (B untransposed, N a whole number of panels) or
+// where sgemm runs on OpenBLAS when it is packed.
 class PackedB {
  public:
   // B(k, j) = trans ? b[j * ldb + k] : b[k * ldb + j], for k < K, j < N.
@@ -83,6 +84,7 @@ class PackedB {
                           float*, int, Triangle);
   std::vector<float, Eigen::aligned_allocator<float>> panels_;  // K x NR each, in order
   bool packed_ = false;                                         // else the view below
+  bool in_place_ = false;  // our kernel reads whole panels from the view (untransposed B)
   bool trans_ = false;
   const float* view_ = nullptr;
   int ldb_ = 0;

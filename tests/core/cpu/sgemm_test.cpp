@@ -231,8 +231,8 @@ TEST(Sgemm, ThreadCountAndRowSplitDoNotChangeBits) {
 
 // gemm_packed's causal triangles (attention's): skipping the zeros of a triangular A, or
 // the register blocks of C past the wanted line, leaves every wanted entry's bits as the
-// full product's. The zeros are signed both ways (softmax backward makes -0 as well), and K
-// runs past one depth block.
+// full product's. The zeros are signed both ways (softmax backward makes -0 as well), K
+// runs past one depth block, and B is read in place (N = 64) or packed (N = 45).
 TEST(Sgemm, CausalTrianglesKeepTheFullProductsBits) {
   if (!sgemm_runs_ours()) GTEST_SKIP() << "OpenBLAS's kernel runs here";
   std::mt19937 rng(17);
@@ -258,6 +258,11 @@ TEST(Sgemm, CausalTrianglesKeepTheFullProductsBits) {
             const std::vector<float> c0 = random_floats(size_t(M) * N, rng);
             std::vector<float> full = c0, skipped = c0;
             gemm_packed(trans_a, M, N, K, 0.7f, a.data(), lda, packed, beta, full.data(), N);
+            // In place or packed, gemm_packed's sums are sgemm's.
+            std::vector<float> by_sgemm = c0;
+            sgemm(trans_a, false, M, N, K, 0.7f, a.data(), lda, b.data(), N, beta, by_sgemm.data(),
+                  N);
+            ASSERT_EQ(full, by_sgemm);
             gemm_packed(trans_a, M, N, K, 0.7f, a.data(), lda, packed, beta, skipped.data(), N,
                         {kind, diag});
             for (int i = 0; i < M; ++i)
