@@ -222,6 +222,60 @@ struct TileOperands {
 #define RINGSTEP_SGEMM_A(r) (kUnitRows ? ap[r] : ap[(r)*a_row])
 
 #if defined(RINGSTEP_SGEMM_AVX512)
+// One vector register of a row of C, and the operations its write needs.
+struct Lanes {
+  using V = __m512;
+  static constexpr int kWidth = 16;
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+};
+#elif defined(RINGSTEP_SGEMM_AVX2)
+struct Lanes {
+  using V = __m256;
+  static constexpr int kWidth = 8;
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+};
+#endif
+
+#ifdef RINGSTEP_SGEMM_AVX2
+// The write of C's block from the accumulators (two registers a row): a whole block straight
+// from the registers, an edge block through write_tile, with the same roundings.
+void write_accumulators(const Lanes::V (&acc)[MR][2], int m, int n, const Write& w, float* c,
+                        int ldc) {
+  static_assert(2 * Lanes::kWidth == NR);
+  constexpr int W = Lanes::kWidth;
+  if (m == MR && n == NR) {
+    const Lanes::V alpha = Lanes::set1(w.alpha), beta = Lanes::set1(w.beta);
+    for (int r = 0; r < MR; ++r) {
+      float* cr = c + size_t(r) * ldc;
+      for (int h = 0; h < 2; ++h) {
+        Lanes::V t = Lanes::mul(alpha, acc[r][h]);
+        if (w.beta != 0.0f) t = Lanes::fmadd(beta, Lanes::load(cr + W * h), t);
+        if (w.bias != nullptr) t = Lanes::add(t, Lanes::load(w.bias + W * h));
+        Lanes::store(cr + W * h, t);
+      }
+    }
+    return;
+  }
+  float tile[MR][NR];
+  for (int r = 0; r < MR; ++r) {
+    Lanes::store(tile[r], acc[r][0]);
+    Lanes::store(tile[r] + W, acc[r][1]);
+  }
+  write_tile(tile, m, n, w, c, ldc);
+}
+#endif
+
+#if defined(RINGSTEP_SGEMM_AVX512)
 // One 12 x 32 block of C from an A panel (kc x 12) and a B panel (kc x 32): two B loads,
 // twelve broadcasts and 24 FMAs per k, into 24 named accumulators (an array of __m512
 // would live on the stack, as with AVX2 below).
@@ -265,25 +319,7 @@ void micro_kernel(int kc, const TileOperands& t, int m, int n, const Write& w, f
   const __m512 acc[MR][2] = {{c0a, c0b}, {c1a, c1b}, {c2a, c2b},   {c3a, c3b},
                              {c4a, c4b}, {c5a, c5b}, {c6a, c6b},   {c7a, c7b},
                              {c8a, c8b}, {c9a, c9b}, {c10a, c10b}, {c11a, c11b}};
-  if (m == MR && n == NR) {
-    const __m512 alpha = _mm512_set1_ps(w.alpha), beta = _mm512_set1_ps(w.beta);
-    for (int r = 0; r < MR; ++r) {
-      float* cr = c + size_t(r) * ldc;
-      for (int h = 0; h < 2; ++h) {
-        __m512 t = _mm512_mul_ps(alpha, acc[r][h]);
-        if (w.beta != 0.0f) t = _mm512_fmadd_ps(beta, _mm512_loadu_ps(cr + 16 * h), t);
-        if (w.bias != nullptr) t = _mm512_add_ps(t, _mm512_loadu_ps(w.bias + 16 * h));
-        _mm512_storeu_ps(cr + 16 * h, t);
-      }
-    }
-    return;
-  }
-  alignas(64) float tile[MR][NR];
-  for (int r = 0; r < MR; ++r) {
-    _mm512_store_ps(tile[r], acc[r][0]);
-    _mm512_store_ps(tile[r] + 16, acc[r][1]);
-  }
-  write_tile(tile, m, n, w, c, ldc);
+  write_accumulators(acc, m, n, w, c, ldc);
 }
 #elif defined(RINGSTEP_SGEMM_AVX2)
 // One MR x NR block of C from an A panel (kc x MR) and a B panel (kc x NR): two B loads, six
@@ -324,25 +360,7 @@ void micro_kernel(int kc, const TileOperands& t, int m, int n, const Write& w, f
   }
   const __m256 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
                              {c30, c31}, {c40, c41}, {c50, c51}};
-  if (m == MR && n == NR) {
-    const __m256 alpha = _mm256_set1_ps(w.alpha), beta = _mm256_set1_ps(w.beta);
-    for (int r = 0; r < MR; ++r) {
-      float* cr = c + size_t(r) * ldc;
-      for (int h = 0; h < 2; ++h) {
-        __m256 t = _mm256_mul_ps(alpha, acc[r][h]);
-        if (w.beta != 0.0f) t = _mm256_fmadd_ps(beta, _mm256_loadu_ps(cr + 8 * h), t);
-        if (w.bias != nullptr) t = _mm256_add_ps(t, _mm256_loadu_ps(w.bias + 8 * h));
-        _mm256_storeu_ps(cr + 8 * h, t);
-      }
-    }
-    return;
-  }
-  alignas(32) float tile[MR][NR];
-  for (int r = 0; r < MR; ++r) {
-    _mm256_store_ps(tile[r], acc[r][0]);
-    _mm256_store_ps(tile[r] + 8, acc[r][1]);
-  }
-  write_tile(tile, m, n, w, c, ldc);
+  write_accumulators(acc, m, n, w, c, ldc);
 }
 #else
 // The same block in portable C++ (builds without AVX2 and FMA).
