@@ -385,39 +385,16 @@ void micro_kernel(int kc, const TileOperands& t, int m, int n, const Write& w, f
   micro_kernel<false>(kc, t, m, n, w, c, ldc);
 }
 
-// Where a register block needs sums: the k range [lo, hi) of depth block [k0, k0 + kc)
-// for rows [i, i + m) and columns from j of the product, under TRI (sgemm.h).
-struct Depth {
-  int lo, hi;
-};
-Depth tile_depth(const Triangle& tri, int i, int m, int j, int k0, int kc) {
-  switch (tri.kind) {
-    case Triangle::c_lower:
-      return j > i + m - 1 + tri.diag ? Depth{0, 0} : Depth{0, kc};
-    case Triangle::a_lower:
-      return {0, std::clamp(i + m + tri.diag - k0, 0, kc)};
-    case Triangle::a_upper:
-      return {std::clamp(i - tri.diag - k0, 0, kc), kc};
-    case Triangle::none:
-      break;
-  }
-  return {0, kc};
-}
-
-// A packed mc x kc block of A (rows from I0 of the product, depth from K0) times the packed
-// B panels covering N columns (panel q at bp + q * panel_stride) into C[0:mc, 0:N].
+// A packed mc x kc block of A times the packed B panels covering N columns (panel q at
+// bp + q * panel_stride) into C[0:mc, 0:N].
 void macro_kernel(int mc, int N, int kc, const float* ap, const float* bp, size_t panel_stride,
-                  const Write& w, float* c, int ldc, int i0 = 0, int k0 = 0,
-                  const Triangle& tri = {}) {
+                  const Write& w, float* c, int ldc) {
   for (int q = 0; q * NR < N; ++q) {
     const int n = std::min(NR, N - q * NR);
     const Write wq{w.alpha, w.beta, w.bias != nullptr ? w.bias + q * NR : nullptr};
     for (int p = 0; p < mc; p += MR) {
-      const int m = std::min(MR, mc - p);
-      const Depth d = tile_depth(tri, i0 + p, m, q * NR, k0, kc);
-      const TileOperands t{ap + size_t(p) * kc + size_t(d.lo) * MR, 1, MR,
-                           bp + q * panel_stride + size_t(d.lo) * NR, NR};
-      micro_kernel(d.hi - d.lo, t, m, n, wq, c + size_t(p) * ldc + q * NR, ldc);
+      const TileOperands t{ap + size_t(p) * kc, 1, MR, bp + q * panel_stride, NR};
+      micro_kernel(kc, t, std::min(MR, mc - p), n, wq, c + size_t(p) * ldc + q * NR, ldc);
     }
   }
 }
@@ -546,6 +523,25 @@ bool use_own_kernel() {
 #else
   return true;
 #endif
+}
+
+// Where a register block needs sums: the k range [lo, hi) of depth block [k0, k0 + kc)
+// for rows [i, i + m) and columns from j of the product, under TRI (sgemm.h).
+struct Depth {
+  int lo, hi;
+};
+Depth tile_depth(const Triangle& tri, int i, int m, int j, int k0, int kc) {
+  switch (tri.kind) {
+    case Triangle::c_lower:
+      return j > i + m - 1 + tri.diag ? Depth{0, 0} : Depth{0, kc};
+    case Triangle::a_lower:
+      return {0, std::clamp(i + m + tri.diag - k0, 0, kc)};
+    case Triangle::a_upper:
+      return {std::clamp(i - tri.diag - k0, 0, kc), kc};
+    case Triangle::none:
+      break;
+  }
+  return {0, kc};
 }
 
 }  // namespace
