@@ -109,6 +109,14 @@ float* stage(size_t n) {
   return buf.data();
 }
 
+// The lines holding P[0 : n], towards L1. The transposed A's packer reads a short piece of
+// each stored row, rows ld apart: a stride the hardware prefetchers follow late.
+constexpr int kPrefetchRows = 8;
+void prefetch(const float* p, int n) {
+  for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+  __builtin_prefetch(p + n - 1);
+}
+
 // op(A)[i0 : i0 + mc, k0 : k0 + kc] as panels of MR rows (the last zero-padded), each
 // kc x MR with one k's MR values adjacent.
 void pack_a(bool trans, const SgemmOperand& A, int i0, int mc, int k0, int kc, float* ap) {
@@ -116,6 +124,8 @@ void pack_a(bool trans, const SgemmOperand& A, int i0, int mc, int k0, int kc, f
   if (trans) {  // one stored row (a k) at a time, read once from start to end
     const int full = mc / MR * MR;
     for (int k = 0; k < kc; ++k) {
+      if (A.f32 != nullptr && k + kPrefetchRows < kc)
+        prefetch(A.f32 + size_t(k0 + k + kPrefetchRows) * A.ld + i0, mc);
       const float* src = fetch(A, size_t(k0 + k) * A.ld + i0, mc, room);
       for (int p = 0; p < full; p += MR)
         std::memcpy(ap + size_t(p) * kc + k * MR, src + p, sizeof(float) * MR);
@@ -164,6 +174,24 @@ void transpose8(const float* src, size_t ld, float* dst) {
 }
 #endif
 
+// Stored row K of an untransposed B, columns [j0, j0 + n), into the rows of consecutive
+// panels: columns j0 + q * NR + j at dst[q * panel_stride + j], zero-padded to whole panels.
+void pack_b_row(const SgemmOperand& B, int k, int j0, int n, float* dst, size_t panel_stride) {
+  const size_t at = size_t(k) * B.ld + j0;
+  for (int q = 0; q * NR < n; ++q, dst += panel_stride) {
+    const int width = std::min(NR, n - q * NR);
+    const size_t from = at + size_t(q) * NR;
+    if (B.f32 != nullptr && width == NR) {  // a constant size: inlined as vector moves
+      std::memcpy(dst, B.f32 + from, sizeof(float) * NR);
+    } else if (B.f32 != nullptr) {
+      std::memcpy(dst, B.f32 + from, sizeof(float) * width);
+    } else {
+      widen_to_fp32(B.dt, B.bits + from, dst, size_t(width));
+    }
+    std::fill(dst + width, dst + NR, 0.0f);
+  }
+}
+
 // Columns [j0, j0 + width) (width <= NR) of op(B)[k0 : k0 + kc, :] as one kc x NR panel,
 // zero-padded past WIDTH.
 void pack_b_panel(bool trans, const SgemmOperand& B, int k0, int kc, int j0, int width,
@@ -189,16 +217,24 @@ void pack_b_panel(bool trans, const SgemmOperand& B, int k0, int kc, int j0, int
       for (int j = 0; j < NR; ++j) dst[k * NR + j] = j < width ? src[j * ld + k] : 0.0f;
     return;
   }
-  for (; k < kc; ++k) {
-    float* row = dst + k * NR;
-    const size_t at = size_t(k0 + k) * B.ld + j0;
-    if (B.f32 != nullptr) {
-      std::memcpy(row, B.f32 + at, sizeof(float) * width);
-    } else {
-      widen_to_fp32(B.dt, B.bits + at, row, size_t(width));
-    }
-    std::fill(row + width, row + NR, 0.0f);
+  for (; k < kc; ++k) pack_b_row(B, k0 + k, j0, width, dst + k * NR, 0);
+}
+
+// Op(B)[k0 : k0 + kc, jc : jc + nc] as panels of kc x NR (panel q at bp + q * kc * NR), the
+// work shared by the calling team (an orphaned omp for, with its barrier). An untransposed B
+// is read a whole row at a time: one panel's rows are ldb apart, one cache line each on
+// another page, which the hardware prefetchers do not follow.
+void pack_b_block(bool trans, const SgemmOperand& B, int k0, int kc, int jc, int nc, float* bp) {
+  const int panels = (nc + NR - 1) / NR;
+  const size_t panel_stride = size_t(kc) * NR;
+  if (trans) {
+#pragma omp for schedule(static)
+    for (int q = 0; q < panels; ++q)
+      pack_b_panel(true, B, k0, kc, jc + q * NR, std::min(NR, nc - q * NR), bp + q * panel_stride);
+    return;
   }
+#pragma omp for schedule(static)
+  for (int k = 0; k < kc; ++k) pack_b_row(B, k0 + k, jc, nc, bp + size_t(k) * NR, panel_stride);
 }
 
 void write_tile(const float (&acc)[MR][NR], int m, int n, const Write& w, float* c, int ldc) {
@@ -249,7 +285,7 @@ struct Lanes {
 #ifdef RINGSTEP_SGEMM_AVX2
 // The write of C's block from the accumulators (two registers a row): a whole block straight
 // from the registers, an edge block through write_tile, with the same roundings.
-void write_accumulators(const Lanes::V (&acc)[MR][2], int m, int n, const Write& w, float* c,
+[[gnu::always_inline]] inline void write_accumulators(const Lanes::V (&acc)[MR][2], int m, int n, const Write& w, float* c,
                         int ldc) {
   static_assert(2 * Lanes::kWidth == NR);
   constexpr int W = Lanes::kWidth;
@@ -454,11 +490,7 @@ void sgemm_panels(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
       const int nc = std::min(kBlockCols, N - jc);
       for (int k0 = 0; k0 < K; k0 += kDepth) {
         const int kc = std::min(kDepth, K - k0);
-#pragma omp for schedule(static)
-        for (int q = 0; q < (nc + NR - 1) / NR; ++q) {
-          pack_b_panel(trans_b, b, k0, kc, jc + q * NR, std::min(NR, nc - q * NR),
-                       bp + size_t(q) * kc * NR);
-        }
+        pack_b_block(trans_b, b, k0, kc, jc, nc, bp);
         const Write w = block_write(k0, alpha, beta, bias != nullptr ? bias + jc : nullptr);
         for (int i0 = r0; i0 < r1; i0 += kBlockRows) {
           const int mc = std::min(kBlockRows, r1 - i0);
