@@ -373,6 +373,7 @@ void micro_kernel(int kc, const TileOperands& t, int m, int n, const Write& w, f
   }
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+#pragma GCC unroll 4
   for (int k = 0; k < kc; ++k, ap += a_step, bp += b_step) {
     const __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
     __m256 a = _mm256_broadcast_ss(&RINGSTEP_SGEMM_A(0));
