@@ -64,6 +64,20 @@ inline float written(float acc, float old, int j, const Write& w) {
   return t;
 }
 
+// Software prefetch for the packers. They read operands from memory with little work per
+// line, several rows ld apart at once, which the hardware prefetchers follow late: without
+// it they wait on each line in turn. The packers ask for rows kPrefetchRows ahead (a
+// transposed A's short pieces of rows) or kPrefetchAhead floats (four lines) further along
+// each row they read.
+constexpr int kPrefetchRows = 8;
+constexpr int kPrefetchAhead = 64;
+
+// The lines holding P[0 : n], towards L1.
+void prefetch(const float* p, int n) {
+  for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+  __builtin_prefetch(p + n - 1);
+}
+
 #ifdef RINGSTEP_SGEMM_AVX2
 // The untransposed A's MR rows SRC interleaved into AP (ap[k * MR + r] = src[r][k]), four
 // k at a time: a 4 x 4 transpose of each four rows, and pairs for the last two (MR = 6).
@@ -72,6 +86,9 @@ int interleave_rows4(const float* const (&src)[MR], int kc, float* ap) {
   static_assert(MR % 4 == 0 || MR % 4 == 2);
   int k = 0;
   for (; k + 4 <= kc; k += 4, ap += 4 * MR) {
+    if (k % 16 == 0 && k + kPrefetchAhead < kc) {
+      for (int r = 0; r < MR; ++r) __builtin_prefetch(src[r] + k + kPrefetchAhead);
+    }
     int r = 0;
     for (; r + 4 <= MR; r += 4) {
       __m128 r0 = _mm_loadu_ps(src[r] + k), r1 = _mm_loadu_ps(src[r + 1] + k);
@@ -107,14 +124,6 @@ float* stage(size_t n) {
   thread_local std::vector<float, Eigen::aligned_allocator<float>> buf;
   if (buf.size() < n) buf.resize(n);
   return buf.data();
-}
-
-// The lines holding P[0 : n], towards L1. The transposed A's packer reads a short piece of
-// each stored row, rows ld apart: a stride the hardware prefetchers follow late.
-constexpr int kPrefetchRows = 8;
-void prefetch(const float* p, int n) {
-  for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
-  __builtin_prefetch(p + n - 1);
 }
 
 // op(A)[i0 : i0 + mc, k0 : k0 + kc] as panels of MR rows (the last zero-padded), each
@@ -209,8 +218,12 @@ void pack_b_panel(bool trans, const SgemmOperand& B, int k0, int kc, int j0, int
     }
 #ifdef RINGSTEP_SGEMM_AVX2
     if (width == NR) {
-      for (; k + 8 <= kc; k += 8)
+      for (; k + 8 <= kc; k += 8) {
+        if (k % 16 == 0 && k + kPrefetchAhead < kc) {
+          for (int j = 0; j < NR; ++j) __builtin_prefetch(src + j * ld + k + kPrefetchAhead);
+        }
         for (int j = 0; j < NR; j += 8) transpose8(src + j * ld + k, ld, dst + k * NR + j);
+      }
     }
 #endif
     for (; k < kc; ++k)
