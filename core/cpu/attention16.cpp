@@ -135,7 +135,9 @@ void attention_forward16(DType dt, uint16_t* out, uint16_t* att, const uint16_t*
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
   const int threads = head_loop_threads(B * NH);
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  // Heads go to threads as they free up (cores of a shared VM run at uneven speeds); a
+  // head's results do not depend on the thread.
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
     const HeadOperands head(dt, qkv + head_offset(b, h, T, C, hs), T, C, hs);
@@ -170,7 +172,7 @@ void attention_backward16(DType dt, float* dqkv, const float* dout, const uint16
   const float scale = 1.0f / std::sqrt(float(hs));
   const bool widens = gemm16_widens(dt);
   const int threads = head_loop_threads(B * NH);
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
     const size_t off = head_offset(b, h, T, C, hs);

@@ -99,7 +99,9 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tt, int C, int N
   const int hs = C / NH, ld = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
   const int threads = head_loop_threads(B * NH);
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  // Heads go to threads as they free up (cores of a shared VM run at uneven speeds); a
+  // head's results do not depend on the thread.
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
     const T* q = qkv + qkv_offset(0, b, h, Tt, C, hs);
@@ -127,7 +129,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   const int hs = C / NH, ld = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
   const int threads = head_loop_threads(B * NH);
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
     const T* q = qkv + qkv_offset(0, b, h, Tt, C, hs);

@@ -1,9 +1,9 @@
 // Our kernel's loops, outermost first (BLIS's names):
 //   jc: columns of C in blocks of kBlockCols;
 //   pc: k in blocks of kDepth; op(B)[pc, jc] is packed into panels of NR columns, shared
-//       by the threads (each packs some panels);
-//   ic: each thread's share of the rows, in blocks of kBlockRows; op(A)[ic, pc] is packed
-//       into panels of MR rows (72 x 384 floats: 108 KiB, in L2);
+//       by the threads (each packs some panels or rows);
+//   ic: rows in chunks of at most kBlockRows, each taken by the next free thread;
+//       op(A)[ic, pc] is packed into panels of MR rows (72 x 384 floats: 108 KiB, in L2);
 //   jr, ir: one NR-column B panel (384 x NR floats: 24 KiB for NR = 16, in L1; 48 KiB for
 //       NR = 32, streamed from L2 at 128 bytes per 24 FMAs) against every MR-row A panel of
 //       the block, one micro-kernel call each.
@@ -298,8 +298,8 @@ struct Lanes {
 #ifdef RINGSTEP_SGEMM_AVX2
 // The write of C's block from the accumulators (two registers a row): a whole block straight
 // from the registers, an edge block through write_tile, with the same roundings.
-[[gnu::always_inline]] inline void write_accumulators(const Lanes::V (&acc)[MR][2], int m, int n, const Write& w, float* c,
-                        int ldc) {
+[[gnu::always_inline]] inline void write_accumulators(const Lanes::V (&acc)[MR][2], int m, int n,
+                                                      const Write& w, float* c, int ldc) {
   static_assert(2 * Lanes::kWidth == NR);
   constexpr int W = Lanes::kWidth;
   if (m == MR && n == NR) {
@@ -480,6 +480,25 @@ int product_threads(int M, int N, int K) {
 #endif
 }
 
+// C's rows go in chunks of whole register blocks (so edges fall where one thread's would),
+// at most kBlockRows each and as even as whole blocks allow, a multiple of TEAM chunks in
+// all. Threads take the next chunk as they free up: a shared VM's cores do not all run at
+// one speed, and a fixed split would wait for the slowest. Which thread computes a row does
+// not change its bits.
+static_assert(kBlockRows % MR == 0);
+int row_chunks(int M, int team) {
+  const int tiles = (M + MR - 1) / MR, per_chunk = kBlockRows / MR;
+  return team * ((tiles + team * per_chunk - 1) / (team * per_chunk));
+}
+
+struct Rows {
+  int begin, end;
+};
+Rows chunk_rows(int chunk, int chunks, int M) {
+  const int tiles = (M + MR - 1) / MR;
+  return {std::min(M, chunk * tiles / chunks * MR), std::min(M, (chunk + 1) * tiles / chunks * MR)};
+}
+
 void sgemm_panels(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                   const SgemmOperand& a, const SgemmOperand& b, float beta, float* c, int ldc,
                   const float* bias) {
@@ -487,17 +506,14 @@ void sgemm_panels(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
   const int max_cols = (std::min(N, kBlockCols) + NR - 1) / NR * NR;
   float* bp = aligned_scratch(b_buf, size_t(kDepth) * max_cols);
   const int threads = product_threads(M, N, K);
-  const int row_tiles = (M + MR - 1) / MR;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
 #ifdef _OPENMP
-    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    const int team = omp_get_num_threads();
 #else
-    const int t = 0, team = 1;
+    const int team = 1;
 #endif
-    // This thread's rows: whole register blocks, so edges fall where one thread's would.
-    const int share = (row_tiles + team - 1) / team * MR;
-    const int r0 = std::min(M, t * share), r1 = std::min(M, r0 + share);
+    const int chunks = row_chunks(M, team);
     thread_local std::vector<float, Eigen::aligned_allocator<float>> a_buf;
     float* ap = aligned_scratch(a_buf, size_t(kBlockRows) * kDepth);
     for (int jc = 0; jc < N; jc += kBlockCols) {
@@ -506,12 +522,13 @@ void sgemm_panels(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
         const int kc = std::min(kDepth, K - k0);
         pack_b_block(trans_b, b, k0, kc, jc, nc, bp);
         const Write w = block_write(k0, alpha, beta, bias != nullptr ? bias + jc : nullptr);
-        for (int i0 = r0; i0 < r1; i0 += kBlockRows) {
-          const int mc = std::min(kBlockRows, r1 - i0);
+#pragma omp for schedule(dynamic, 1)
+        for (int chunk = 0; chunk < chunks; ++chunk) {
+          const Rows rows = chunk_rows(chunk, chunks, M);
+          const int i0 = rows.begin, mc = rows.end - rows.begin;
           pack_a(trans_a, a, i0, mc, k0, kc, ap);
           macro_kernel(mc, nc, kc, ap, bp, size_t(kc) * NR, w, c + size_t(i0) * ldc + jc, ldc);
-        }
-#pragma omp barrier
+        }  // the loop's barrier: every row's block is done before B is packed again
       }
     }
   }
