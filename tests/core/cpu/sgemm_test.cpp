@@ -196,8 +196,9 @@ TEST(Sgemm, EdgeBlocksRoundAsFullBlocks) {
 }
 
 #ifdef _OPENMP
-// Our kernel on 1, 2 and 3 threads gives the same bits, accumulating into C with a scaled
-// product and a bias; so does gemm_packed with C's rows split over two calls.
+// Our kernel on 1, 2, 3 and 4 threads gives the same bits for every transpose, accumulating
+// into C with a scaled product and a bias (M splits into uneven chunks of rows, taken by
+// whichever thread is free); so does gemm_packed with C's rows split over two calls.
 TEST(Sgemm, ThreadCountAndRowSplitDoNotChangeBits) {
   if (!sgemm_runs_ours()) GTEST_SKIP() << "OpenBLAS's kernel runs here";
   std::mt19937 rng(5);
@@ -205,17 +206,23 @@ TEST(Sgemm, ThreadCountAndRowSplitDoNotChangeBits) {
   const std::vector<float> a = random_floats(size_t(M) * K, rng),
                            b = random_floats(size_t(N) * K, rng),
                            c0 = random_floats(size_t(M) * N, rng), bias = random_floats(N, rng);
-  auto run = [&](int threads) {
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    std::vector<float> c = c0;
-    sgemm(false, true, M, N, K, 0.3f, a.data(), K, b.data(), K, 1.0f, c.data(), N, bias.data());
-    omp_set_num_threads(saved);
-    return c;
-  };
-  const std::vector<float> one = run(1);
-  EXPECT_EQ(one, run(2));
-  EXPECT_EQ(one, run(3));
+  for (const bool trans_a : {false, true}) {
+    for (const bool trans_b : {false, true}) {
+      auto run = [&](int threads) {
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        std::vector<float> c = c0;
+        sgemm(trans_a, trans_b, M, N, K, 0.3f, a.data(), trans_a ? M : K, b.data(), trans_b ? K : N,
+              1.0f, c.data(), N, bias.data());
+        omp_set_num_threads(saved);
+        return c;
+      };
+      const std::vector<float> one = run(1);
+      for (const int threads : {2, 3, 4})
+        EXPECT_EQ(one, run(threads))
+            << "trans_a " << trans_a << " trans_b " << trans_b << ", " << threads << " threads";
+    }
+  }
 
   PackedB packed;
   packed.pack(true, b.data(), K, K, N);
