@@ -70,15 +70,20 @@ inline float written(float acc, float old, int j, const Write& w) {
 // transposed A's short pieces of rows) or kPrefetchAhead floats (four lines) further along
 // each row they read.
 constexpr int kPrefetchRows = 8;
-constexpr int kPrefetchAhead = 64;
+constexpr int kLineFloats = 16;  // floats in a 64-byte cache line
+constexpr int kPrefetchAhead = 4 * kLineFloats;
 
 // The lines holding P[0 : n], towards L1.
 void prefetch(const float* p, int n) {
-  for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+  for (int i = 0; i < n; i += kLineFloats) __builtin_prefetch(p + i);
   __builtin_prefetch(p + n - 1);
 }
 
 #ifdef RINGSTEP_SGEMM_AVX2
+// Whether a packer reading a row of KC floats, now at K, asks for the line kPrefetchAhead
+// further on: once a line, while that line is still in the row.
+bool prefetch_due(int k, int kc) { return k % kLineFloats == 0 && k + kPrefetchAhead < kc; }
+
 // The untransposed A's MR rows SRC interleaved into AP (ap[k * MR + r] = src[r][k]), four
 // k at a time: a 4 x 4 transpose of each four rows, and pairs for the last two (MR = 6).
 // Returns how many k it did (a multiple of 4); the caller does the rest.
@@ -86,7 +91,7 @@ int interleave_rows4(const float* const (&src)[MR], int kc, float* ap) {
   static_assert(MR % 4 == 0 || MR % 4 == 2);
   int k = 0;
   for (; k + 4 <= kc; k += 4, ap += 4 * MR) {
-    if (k % 16 == 0 && k + kPrefetchAhead < kc) {
+    if (prefetch_due(k, kc)) {
       for (int r = 0; r < MR; ++r) __builtin_prefetch(src[r] + k + kPrefetchAhead);
     }
     int r = 0;
@@ -219,7 +224,7 @@ void pack_b_panel(bool trans, const SgemmOperand& B, int k0, int kc, int j0, int
 #ifdef RINGSTEP_SGEMM_AVX2
     if (width == NR) {
       for (; k + 8 <= kc; k += 8) {
-        if (k % 16 == 0 && k + kPrefetchAhead < kc) {
+        if (prefetch_due(k, kc)) {
           for (int j = 0; j < NR; ++j) __builtin_prefetch(src + j * ld + k + kPrefetchAhead);
         }
         for (int j = 0; j < NR; j += 8) transpose8(src + j * ld + k, ld, dst + k * NR + j);
