@@ -2,10 +2,17 @@
 // structure is ops_attention.cpp's: per (batch, head) pair, query rows in blocks of
 // kQueryBlock, block [r0, r0 + nr) attending to keys [0, r0 + nr) only, so the products skip
 // the masked blocks above the diagonal. The difference is where values live: q, k, v, P and
-// dO, dS enter the products as 16-bit (gemm16 reads the head slices of qkv in place, row
-// stride 3C; where it widens, each head's q, k, v are widened once and dO, dS are rounded
-// in fp32, so no product widens an operand again), products accumulate in fp32, and the
-// softmax and its backward run in fp32 on one block of rows held in per-thread scratch.
+// dO, dS enter the products as 16-bit values, products accumulate in fp32, and the softmax
+// and its backward run in fp32 on one block of rows held in per-thread scratch.
+//
+// Two ways to run the products:
+// - with a bf16 kernel (AMX, AVX512-BF16), gemm16 on the 16-bit values, reading the head
+//   slices of qkv in place (row stride 3C);
+// - where gemm16 widens (fp16; bf16 without such a kernel), the fp32 attention's products
+//   (ops_attention.cpp) on the 16-bit values widened: each head's q, k, v widened once,
+//   every operand packed once per head or block (sgemm.h's PackedB), the causal triangles
+//   skipped. These are the chains gemm16 would run (sgemm on the widened values), so the
+//   bits are the same as calling it.
 //
 // Rounding points mirror a GPU's mixed-precision attention: P is rounded once and that
 // rounded P is both the stored activation and the operand of P v, so forward and backward
@@ -28,6 +35,7 @@
 #include "core/cpu/attention_rows.h"
 #include "core/cpu/eigen_maps.h"
 #include "core/cpu/gemm16.h"
+#include "core/cpu/sgemm.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -77,9 +85,8 @@ size_t head_offset(int b, int h, int T, int C, int hs) {
   return size_t(b) * T * 3 * C + size_t(h) * hs;
 }
 
-// One head's q, k and v (T x hs each, row stride 3C inside qkv) as gemm16 operands. Where
-// gemm16 widens (no AMX or AVX512-BF16), the three are widened once here, into dense per-thread
-// scratch, instead of once per query block inside every product.
+// One head's q, k and v (T x hs each, row stride 3C inside qkv): as gemm16 operands, or,
+// where gemm16 widens, widened once here into dense per-thread scratch.
 class HeadOperands {
  public:
   enum Part { q = 0, k = 1, v = 2 };
@@ -94,11 +101,11 @@ class HeadOperands {
     wide_ = wide;
   }
 
-  // PART's rows from R0 on.
-  Operand16 rows(Part part, int r0) const {
-    if (wide_ == nullptr) return {row_bits(part, r0), 3 * C_};
-    return {row_bits(part, r0), 3 * C_, wide_ + (size_t(part) * T_ + r0) * hs_, hs_};
-  }
+  // PART's widened rows from R0 on (dense, leading dim hs), where gemm16 widens.
+  const float* wide(Part part, int r0) const { return wide_ + (size_t(part) * T_ + r0) * hs_; }
+
+  // PART's 16-bit rows from R0 on.
+  Operand16 rows(Part part, int r0) const { return {row_bits(part, r0), 3 * C_}; }
 
  private:
   const uint16_t* row_bits(Part part, int t) const {
@@ -110,21 +117,73 @@ class HeadOperands {
   int T_, C_, hs_;
 };
 
-// ROWS x COLS fp32 values at SRC (leading dim LD) rounded to DT where they enter products,
-// as a dense operand (leading dim COLS): kept in fp32 in WIDE where gemm16 widens, else
-// narrowed into BITS. WIDE may be SRC itself when LD == COLS.
-Operand16 rounded_rows(DType dt, const float* src, int ld, int rows, int cols, float* wide,
-                       uint16_t* bits) {
-  const bool widens = gemm16_widens(dt);
-  for (int i = 0; i < rows; ++i) {
-    const float* in = src + size_t(i) * ld;
-    if (widens)
-      round_to_dtype(dt, in, wide + size_t(i) * cols, size_t(cols));
-    else
-      narrow_from_fp32(dt, in, bits + size_t(i) * cols, size_t(cols));
-  }
-  if (widens) return {nullptr, 0, wide, cols};
+// ROWS x COLS fp32 values at SRC (leading dim LD) narrowed to DT into BITS where they
+// enter products, as a dense operand (leading dim COLS).
+Operand16 narrowed_rows(DType dt, const float* src, int ld, int rows, int cols, uint16_t* bits) {
+  for (int i = 0; i < rows; ++i)
+    narrow_from_fp32(dt, src + size_t(i) * ld, bits + size_t(i) * cols, size_t(cols));
   return {bits, cols};
+}
+
+// Forward of one head where gemm16 widens: scores and P v on fp32 values, P rounded to DT
+// once (stored in P16, its rows T apart, and as the fp32 operand of P v).
+void forward_head_widened(DType dt, const HeadOperands& head, int T, int C, int hs, float scale,
+                          uint16_t* p16, uint16_t* o) {
+  thread_local PackedB kt, v;  // k^T (hs x T) and v (T x hs)
+  kt.pack(true, head.wide(HeadOperands::k, 0), hs, hs, T);
+  v.pack(false, head.wide(HeadOperands::v, 0), hs, T, hs);
+  float* s = scratch<float, 0>(size_t(kQueryBlock) * T);  // nr x nk, leading dim nk
+  float* o32 = scratch<float, 1>(size_t(kQueryBlock) * hs);
+  for (int r0 = 0; r0 < T; r0 += kQueryBlock) {
+    const int nr = std::min(kQueryBlock, T - r0), nk = r0 + nr;
+    gemm_packed(false, nr, nk, hs, scale, head.wide(HeadOperands::q, r0), hs, kt, 0.0f, s, nk,
+                {Triangle::c_lower, r0});
+    for (int i = 0; i < nr; ++i) {
+      float* row = s + size_t(i) * nk;
+      uint16_t* prow = p16 + size_t(r0 + i) * T;
+      causal_softmax_row(row, r0 + i, nk);
+      narrow_from_fp32(dt, row, prow, size_t(nk));
+      widen_to_fp32(dt, prow, row, size_t(nk));  // the rounded P, as P v reads it
+      std::fill(prow + nk, prow + T, uint16_t(0));
+    }
+    gemm_packed(false, nr, hs, nk, 1.0f, s, nk, v, 0.0f, o32, hs, {Triangle::a_lower, r0});
+    for (int i = 0; i < nr; ++i)
+      narrow_from_fp32(dt, o32 + size_t(i) * hs, o + size_t(r0 + i) * C, size_t(hs));
+  }
+}
+
+// Backward of one head where gemm16 widens: dO and dS rounded to DT in fp32, P widened.
+void backward_head_widened(DType dt, const HeadOperands& head, int T, int C, int hs, float scale,
+                           const float* dout_h, const uint16_t* p16, float* dq, float* dk,
+                           float* dv) {
+  const int ld3 = 3 * C;
+  thread_local PackedB vt, kk, qb, dob;  // v^T and k for every block; q and dO per block
+  vt.pack(true, head.wide(HeadOperands::v, 0), hs, hs, T);
+  kk.pack(false, head.wide(HeadOperands::k, 0), hs, T, hs);
+  float* ds = scratch<float, 0>(size_t(kQueryBlock) * T);  // dP, then dS; leading dim nk
+  float* do32 = scratch<float, 1>(size_t(kQueryBlock) * hs);
+  float* p32 = scratch<float, 3>(size_t(kQueryBlock) * T);  // the block's P rows, widened
+  for (int r0 = 0; r0 < T; r0 += kQueryBlock) {
+    const int nr = std::min(kQueryBlock, T - r0), nk = r0 + nr;
+    for (int i = 0; i < nr; ++i)
+      round_to_dtype(dt, dout_h + size_t(r0 + i) * C, do32 + size_t(i) * hs, size_t(hs));
+    gemm_packed(false, nr, nk, hs, 1.0f, do32, hs, vt, 0.0f, ds, nk,  // dP = dO v^T
+                {Triangle::c_lower, r0});
+    for (int i = 0; i < nr; ++i) {
+      float* prow = p32 + size_t(i) * nk;
+      widen_to_fp32(dt, p16 + size_t(r0 + i) * T, prow, size_t(nk));
+      causal_softmax_backward_row(ds + size_t(i) * nk, prow, r0 + i, nk);
+      round_to_dtype(dt, ds + size_t(i) * nk, ds + size_t(i) * nk, size_t(nk));
+    }
+    gemm_packed(false, nr, hs, nk, scale, ds, nk, kk, 1.0f, dq + size_t(r0) * ld3, ld3,
+                {Triangle::a_lower, r0});  // dq += scale dS k
+    qb.pack(false, head.wide(HeadOperands::q, r0), hs, nr, hs);
+    gemm_packed(true, nk, hs, nr, scale, ds, nk, qb, 1.0f, dk, ld3,  // dk += scale dS^T q
+                {Triangle::a_upper, r0});
+    dob.pack(false, do32, hs, nr, hs);
+    gemm_packed(true, nk, hs, nr, 1.0f, p32, nk, dob, 1.0f, dv, ld3,  // dv += P^T dO
+                {Triangle::a_upper, r0});
+  }
 }
 
 }  // namespace
@@ -143,6 +202,10 @@ void attention_forward16(DType dt, uint16_t* out, uint16_t* att, const uint16_t*
     const HeadOperands head(dt, qkv + head_offset(b, h, T, C, hs), T, C, hs);
     uint16_t* o = out + size_t(b) * T * C + size_t(h) * hs;
     uint16_t* p = att + size_t(bh) * T * T;
+    if (gemm16_widens(dt)) {
+      forward_head_widened(dt, head, T, C, hs, scale, p, o);
+      continue;
+    }
     float* s = scratch<float, 0>(size_t(kQueryBlock) * T);  // nr x nk, leading dim nk
     float* o32 = scratch<float, 1>(size_t(kQueryBlock) * hs);
     for (int r0 = 0; r0 < T; r0 += kQueryBlock) {
@@ -182,27 +245,27 @@ void attention_backward16(DType dt, float* dqkv, const float* dout, const uint16
     float* dv = dq + 2 * C;
     const float* dout_h = dout + size_t(b) * T * C + size_t(h) * hs;
     const uint16_t* p = att + size_t(bh) * T * T;
-    float* ds = scratch<float, 0>(size_t(kQueryBlock) * T);  // dP, then dS; leading dim nk
-    float* do32 = scratch<float, 1>(size_t(kQueryBlock) * hs);
+    if (widens) {
+      backward_head_widened(dt, head, T, C, hs, scale, dout_h, p, dq, dk, dv);
+      continue;
+    }
+    float* ds = scratch<float, 0>(size_t(kQueryBlock) * T);   // dP, then dS; leading dim nk
     float* p32 = scratch<float, 3>(size_t(kQueryBlock) * T);  // the block's P rows, widened
     uint16_t* do16 = scratch<uint16_t, 0>(size_t(kQueryBlock) * hs);
     uint16_t* ds16 = scratch<uint16_t, 1>(size_t(kQueryBlock) * T);
     for (int r0 = 0; r0 < T; r0 += kQueryBlock) {
       const int nr = std::min(kQueryBlock, T - r0), nk = r0 + nr;
-      const uint16_t* pb = p + size_t(r0) * T;
-      const Operand16 dO = rounded_rows(dt, dout_h + size_t(r0) * C, C, nr, hs, do32, do16);
+      const Operand16 dO = narrowed_rows(dt, dout_h + size_t(r0) * C, C, nr, hs, do16);
       gemm16(dt, false, true, nr, nk, hs, 1.0f, dO, head.rows(HeadOperands::v, 0), 0.0f, ds,
              nk);  // dP
       for (int i = 0; i < nr; ++i) {
         const int t = r0 + i;
-        // Where gemm16 widens, the whole row: P^T dO below reads it too.
-        const int len = widens ? nk : padded_length(t + 1, nk);
         float* prow = p32 + size_t(i) * nk;
-        widen_to_fp32(dt, p + size_t(t) * T, prow, size_t(len));
+        widen_to_fp32(dt, p + size_t(t) * T, prow, size_t(padded_length(t + 1, nk)));
         causal_softmax_backward_row(ds + size_t(i) * nk, prow, t, nk);
       }
-      const Operand16 dS = rounded_rows(dt, ds, nk, nr, nk, ds, ds16);
-      const Operand16 P = widens ? Operand16{pb, T, p32, nk} : Operand16{pb, T};
+      const Operand16 dS = narrowed_rows(dt, ds, nk, nr, nk, ds16);
+      const Operand16 P{p + size_t(r0) * T, T};
       // dq += scale dS k; dk += scale dS^T q; dv += P^T dO (all in fp32 accumulators).
       gemm16(dt, false, false, nr, hs, nk, scale, dS, head.rows(HeadOperands::k, 0), 1.0f,
              dq + size_t(r0) * ld3, ld3);
