@@ -193,6 +193,7 @@ void attention_forward16(DType dt, uint16_t* out, uint16_t* att, const uint16_t*
   check_args("attention_forward16", dt, C, NH);
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
+  const bool widens = gemm16_widens(dt);
   const int threads = head_loop_threads(B * NH);
   // Heads go to threads as they free up (cores of a shared VM run at uneven speeds); a
   // head's results do not depend on the thread.
@@ -202,7 +203,7 @@ void attention_forward16(DType dt, uint16_t* out, uint16_t* att, const uint16_t*
     const HeadOperands head(dt, qkv + head_offset(b, h, T, C, hs), T, C, hs);
     uint16_t* o = out + size_t(b) * T * C + size_t(h) * hs;
     uint16_t* p = att + size_t(bh) * T * T;
-    if (gemm16_widens(dt)) {
+    if (widens) {
       forward_head_widened(dt, head, T, C, hs, scale, p, o);
       continue;
     }
