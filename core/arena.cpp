@@ -4,8 +4,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/aligned_alloc.h"
-#include "core/cuda/device.h"
 
 namespace ringstep {
 namespace {
@@ -17,28 +15,13 @@ constexpr uintptr_t kCountingBase = uintptr_t{1} << 63;
 }  // namespace
 
 Arena::Arena(size_t capacity_bytes, Device device)
-    : capacity_((capacity_bytes + 63) / 64 * 64), device_(device) {
-  require_device(device, "activation arena");
-#ifdef RINGSTEP_HAVE_CUDA
-  if (device == Device::cuda) {
-    base_ = static_cast<char*>(cuda::device_alloc(capacity_));
-    return;
-  }
-#endif
-  base_ = static_cast<char*>(allocate_buffer(capacity_));
+    : capacity_((capacity_bytes + 63) / 64 * 64), rt_(&runtime(device, "activation arena")) {
+  base_ = static_cast<char*>(rt_->alloc(capacity_));
 }
 
-Arena::Arena() : capacity_(SIZE_MAX), counting_(true) {}
+Arena::Arena() : capacity_(SIZE_MAX), rt_(&runtime(Device::cpu)), counting_(true) {}
 
-Arena::~Arena() {
-#ifdef RINGSTEP_HAVE_CUDA
-  if (device_ == Device::cuda) {
-    cuda::device_free(base_);
-    return;
-  }
-#endif
-  release_buffer(base_);
-}
+Arena::~Arena() { rt_->free(base_); }
 
 void* Arena::alloc_bytes(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;

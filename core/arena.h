@@ -11,14 +11,14 @@
 
 #include <cstddef>
 
-#include "core/device.h"
+#include "core/runtime.h"
 
 namespace ringstep {
 
 class Arena {
  public:
-  // CAPACITY_BYTES (rounded up to 64) on DEVICE: one cudaMalloc for Device::cuda
-  // (InputError where require_device refuses it).
+  // CAPACITY_BYTES (rounded up to 64) on DEVICE: one allocation of its runtime
+  // (InputError where runtime() refuses it).
   explicit Arena(size_t capacity_bytes, Device device = Device::cpu);
   // An arena of unlimited capacity that allocates no memory (see the top of this file).
   static Arena make_counting() { return Arena(); }
@@ -35,7 +35,8 @@ class Arena {
   void reset() { used_ = 0; }
 
   bool counting() const { return counting_; }
-  Device device() const { return device_; }
+  // A counting arena's is the host's.
+  Device device() const { return rt_->device(); }
   size_t used_bytes() const { return used_; }
   size_t peak_bytes() const { return peak_; }
   void reset_peak() { peak_ = used_; }
@@ -48,7 +49,7 @@ class Arena {
   size_t capacity_ = 0;
   size_t used_ = 0;
   size_t peak_ = 0;
-  Device device_ = Device::cpu;
+  Runtime* rt_;
   bool counting_ = false;
 };
 

@@ -22,9 +22,4 @@ class DeviceClock {
   virtual void clear() = 0;
 };
 
-// The clock of DEVICE's compute stream with CAPACITY marks made ahead (core/cuda/event_clock.h);
-// null for Device::cpu, whose phases the host clock times. InputError where require_device
-// refuses DEVICE.
-std::unique_ptr<DeviceClock> make_device_clock(Device device, size_t capacity);
-
 }  // namespace ringstep

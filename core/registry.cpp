@@ -1,13 +1,7 @@
 #include "core/registry.h"
 
-#include <cstdlib>
-#include <cstring>
-#include <new>
 #include <stdexcept>
 #include <string>
-
-#include "core/aligned_alloc.h"
-#include "core/cuda/device.h"
 
 namespace ringstep {
 
@@ -35,19 +29,14 @@ size_t Registry::param_count() const {
   return n;
 }
 
-FlatBuffer::FlatBuffer(size_t n, Device device) : n_(n), device_(device) {
-  require_device(device, "flat buffer");
-#ifdef RINGSTEP_HAVE_CUDA
-  if (device == Device::cuda) {
-    data_ = static_cast<float*>(cuda::device_alloc(n * sizeof(float)));
-    zero();
-    return;
-  }
-#endif
-  data_ = static_cast<float*>(allocate_buffer(n * sizeof(float)));
+FlatBuffer::FlatBuffer() : rt_(&ringstep::runtime(Device::cpu)) {}
+
+FlatBuffer::FlatBuffer(size_t n, Device device)
+    : n_(n), rt_(&ringstep::runtime(device, "flat buffer")) {
+  data_ = static_cast<float*>(rt_->alloc(n * sizeof(float)));
 }
 
-FlatBuffer::FlatBuffer(FlatBuffer&& o) noexcept : data_(o.data_), n_(o.n_), device_(o.device_) {
+FlatBuffer::FlatBuffer(FlatBuffer&& o) noexcept : data_(o.data_), n_(o.n_), rt_(o.rt_) {
   o.data_ = nullptr;
   o.n_ = 0;
 }
@@ -57,7 +46,7 @@ FlatBuffer& FlatBuffer::operator=(FlatBuffer&& o) noexcept {
     free_data();
     data_ = o.data_;
     n_ = o.n_;
-    device_ = o.device_;
+    rt_ = o.rt_;
     o.data_ = nullptr;
     o.n_ = 0;
   }
@@ -66,41 +55,21 @@ FlatBuffer& FlatBuffer::operator=(FlatBuffer&& o) noexcept {
 
 FlatBuffer::~FlatBuffer() { free_data(); }
 
-void FlatBuffer::free_data() {
-#ifdef RINGSTEP_HAVE_CUDA
-  if (device_ == Device::cuda) {
-    cuda::device_free(data_);
-    return;
-  }
-#endif
-  release_buffer(data_);
-}
+void FlatBuffer::free_data() { rt_->free(data_); }
 
-void FlatBuffer::zero() {
-#ifdef RINGSTEP_HAVE_CUDA
-  if (device_ == Device::cuda) {
-    cuda::device_memset_zero(data_, n_ * sizeof(float));
-    return;
-  }
-#endif
-  if (n_) std::memset(data_, 0, n_ * sizeof(float));
-}
+void FlatBuffer::zero() { rt_->zero(data_, bytes()); }
 
 void copy_buffer(FlatBuffer& dst, const FlatBuffer& src) {
   if (dst.size() != src.size())
     throw std::invalid_argument("copy_buffer: " + std::to_string(src.size()) + " floats into " +
                                 std::to_string(dst.size()));
-#ifdef RINGSTEP_HAVE_CUDA
-  if (dst.device() == Device::cuda || src.device() == Device::cuda) {
-    cuda::copy_bytes(dst.data(), src.data(), src.bytes());
-    return;
-  }
-#endif
-  if (src.size()) std::memcpy(dst.data(), src.data(), src.bytes());
+  // A device runtime copies between its memory and the host's; the host's copies host to host.
+  Runtime& rt = dst.runtime().host_memory() ? src.runtime() : dst.runtime();
+  rt.copy(dst.data(), src.data(), src.bytes());
 }
 
 const FlatBuffer& on_host(const FlatBuffer& src, FlatBuffer& host_copy) {
-  if (src.device() == Device::cpu) return src;
+  if (src.runtime().host_memory()) return src;
   host_copy = FlatBuffer(src.size());
   copy_buffer(host_copy, src);
   return host_copy;

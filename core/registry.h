@@ -12,6 +12,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/runtime.h"
 
 namespace ringstep {
 
@@ -45,10 +46,10 @@ class Registry {
 };
 
 // A 64-byte aligned, zero-initialised float buffer laid out by a registry, in the memory
-// of one device: one cudaMalloc for Device::cuda (InputError where require_device refuses).
+// of one device: one allocation of its runtime (InputError where runtime() refuses it).
 class FlatBuffer {
  public:
-  FlatBuffer() = default;
+  FlatBuffer();  // empty, in host memory
   explicit FlatBuffer(size_t n, Device device = Device::cpu);
   FlatBuffer(FlatBuffer&& o) noexcept;
   FlatBuffer& operator=(FlatBuffer&& o) noexcept;
@@ -60,7 +61,8 @@ class FlatBuffer {
   const float* data() const { return data_; }
   size_t size() const { return n_; }
   size_t bytes() const { return n_ * sizeof(float); }
-  Device device() const { return device_; }
+  Device device() const { return rt_->device(); }
+  Runtime& runtime() const { return *rt_; }
   float* at(const TensorInfo& t) { return data_ + t.offset; }
   const float* at(const TensorInfo& t) const { return data_ + t.offset; }
   void zero();
@@ -70,7 +72,7 @@ class FlatBuffer {
 
   float* data_ = nullptr;
   size_t n_ = 0;
-  Device device_ = Device::cpu;
+  Runtime* rt_;
 };
 
 // dst = src, element for element, between any two devices (sizes must match:

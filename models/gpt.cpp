@@ -58,7 +58,7 @@ Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt, Device device)
 }
 
 void Gpt::init(uint64_t seed) {
-  if (params_.device() != Device::cpu) {  // initialise on the host, then one copy
+  if (!params_.runtime().host_memory()) {  // initialise on the host, then one copy
     FlatBuffer host(params_.size());
     init_host(host, seed);
     copy_buffer(params_, host);

@@ -1,19 +1,14 @@
 #include "optim/clip.h"
 
+#include "core/cpu/optim_passes.h"
+#include "core/registry.h"
+
 namespace ringstep {
 
-double sum_squares(const float* grads, size_t n) {
-  // Blocks of float partial sums folded into double: vectorises and stays accurate.
-  constexpr size_t kBlock = 1024;
-  double total = 0.0;
-  for (size_t b = 0; b < n; b += kBlock) {
-    const size_t e = b + kBlock < n ? b + kBlock : n;
-    float part = 0.0f;
-#pragma omp simd reduction(+ : part)
-    for (size_t i = b; i < e; ++i) part += grads[i] * grads[i];
-    total += part;
-  }
-  return total;
+double sum_squares(const float* grads, size_t n) { return cpu::sum_squares(grads, n); }
+
+double sum_squares(const FlatBuffer& grads) {
+  return grads.runtime().sum_squares(grads.data(), grads.size());
 }
 
 double clip_coefficient(double norm, double max_norm) {

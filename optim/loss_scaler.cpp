@@ -5,7 +5,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "optim/device_passes.h"
+#include "core/cpu/optim_passes.h"
+#include "core/registry.h"
 
 namespace ringstep {
 namespace {
@@ -25,30 +26,13 @@ LossScaler::LossScaler(const PrecisionConfig& cfg)
   state_.hysteresis_tracker = cfg_.hysteresis;
 }
 
-bool unscale_and_check_host(float* grads, size_t n, float inv) {
-  // x - x is 0 for a finite x and NaN for an inf or a NaN, and NaN survives any sum, so
-  // the sum is NaN exactly when some element is not finite. Unlike a branch on
-  // std::isfinite, this vectorises. (Never -ffast-math: it would fold x - x to 0.)
-  float bad = 0.0f;
-  if (inv == 1.0f) {
-#pragma omp simd reduction(+ : bad)
-    for (size_t i = 0; i < n; ++i) bad += grads[i] - grads[i];
-  } else {
-#pragma omp simd reduction(+ : bad)
-    for (size_t i = 0; i < n; ++i) {
-      grads[i] *= inv;
-      bad += grads[i] - grads[i];
-    }
-  }
-  return std::isnan(bad);
-}
-
 bool LossScaler::unscale_and_check(float* grads, size_t n) const {
-  return unscale_and_check_host(grads, n, static_cast<float>(1.0 / state_.scale));
+  return cpu::unscale_and_check(grads, n, static_cast<float>(1.0 / state_.scale));
 }
 
-bool LossScaler::unscale_and_check(FlatBuffer& grads, DevicePasses& passes) const {
-  return passes.unscale_and_check(grads, static_cast<float>(1.0 / state_.scale));
+bool LossScaler::unscale_and_check(FlatBuffer& grads) const {
+  return grads.runtime().unscale_and_check(grads.data(), grads.size(),
+                                           static_cast<float>(1.0 / state_.scale));
 }
 
 bool LossScaler::update(bool found_inf) {

@@ -23,12 +23,7 @@
 
 namespace ringstep {
 
-class DevicePasses;
 class FlatBuffer;
-
-// GRADS[0, n) *= INV_SCALE (skipped when it is 1), then true if any element is inf or NaN:
-// the loss scaler's pass on the host.
-bool unscale_and_check_host(float* grads, size_t n, float inv_scale);
 
 // What a checkpoint saves to resume the schedule exactly.
 struct LossScalerState {
@@ -54,8 +49,8 @@ class LossScaler {
   // is a power of two) and returns true if any element is then inf or NaN. Checks at
   // scale 1 too.
   bool unscale_and_check(float* grads, size_t n) const;
-  // The same pass over GRADS on its device, through PASSES (optim/device_passes.h).
-  bool unscale_and_check(FlatBuffer& grads, DevicePasses& passes) const;
+  // The same pass over GRADS, on its runtime (core/runtime.h).
+  bool unscale_and_check(FlatBuffer& grads) const;
 
   // Advances the state machine with the agreed flag. Returns true if the step is to be
   // applied; false means skip it: parameters, moments, Adam's step count and the LR

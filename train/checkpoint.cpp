@@ -252,7 +252,7 @@ void read_into(const fs::path& path, FlatBuffer& buf) {
   if (bytes.size() != buf.bytes())
     throw InputError("'" + path.string() + "' has " + std::to_string(bytes.size()) +
                      " bytes, expected " + std::to_string(buf.bytes()));
-  if (buf.device() == Device::cpu) {
+  if (buf.runtime().host_memory()) {
     std::memcpy(buf.data(), bytes.data(), bytes.size());
     return;
   }

@@ -60,7 +60,7 @@ GradSync::~GradSync() = default;
 
 void GradSync::setup(Gpt& model) {
   grads_ = model.grads().data();
-  if (world_ > 1 && model.grads().device() != Device::cpu) {
+  if (world_ > 1 && !model.grads().runtime().host_memory()) {
     device_grads_ = &model.grads();
     staging_ = FlatBuffer(device_grads_->size());
     grads_ = staging_.data();
@@ -334,7 +334,7 @@ std::vector<uint64_t> GradSync::gather(uint64_t value) {
 void GradSync::check_replicas(const FlatBuffer& params, int step) {
   if (world_ <= 1) return;
   const FlatBuffer* host = &params;
-  if (params.device() != Device::cpu) {
+  if (!params.runtime().host_memory()) {
     copy_buffer(staging_, params);  // setup() sized it; between steps it holds nothing needed
     host = &staging_;
   }

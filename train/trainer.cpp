@@ -11,9 +11,8 @@
 #include <utility>
 
 #include "core/checksum.h"
-#include "core/cpu/peak.h"
-#include "core/cuda/device.h"
-#include "core/cuda/gpu_peak.h"
+#include "core/device_clock.h"
+#include "core/runtime.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/threads.h"
@@ -26,21 +25,10 @@ namespace ringstep {
 namespace {
 
 // The peak of the kernel the matrix products run on (docs/metrics.md), per rank: the
-// config's, the GPU's datasheet number (0 for a GPU the table lacks), or measured on the CPU.
-double measure_peak(const Config& cfg, DType act_dtype, int threads) {
-  if (cfg.profile.peak_gflops > 0) return cfg.profile.peak_gflops;
-  if (cfg.run.device == Device::cuda)
-    return gpu_peak_gflops(cuda_device_name(), act_dtype, cfg.precision.tf32);
-  return measure_matmul_peak_gflops(act_dtype, 2048, 5, threads) * threads;
-}
-
-// Where measure_peak's number comes from, for the log header.
-std::string peak_source(const Config& cfg, DType act_dtype) {
-  if (cfg.profile.peak_gflops > 0) return "from config";
-  if (cfg.run.device == Device::cuda)
-    return cuda_device_name() + ": " +
-           gpu_peak_source(cuda_device_name(), act_dtype, cfg.precision.tf32);
-  return "measured: 1-thread " + matmul_peak_kernel(act_dtype) + " x threads";
+// config's, or the runtime's (the GPU's datasheet number, or measured on the CPU).
+Peak run_peak(const Config& cfg, DType act_dtype, int threads) {
+  if (cfg.profile.peak_gflops > 0) return {cfg.profile.peak_gflops, "from config"};
+  return runtime(cfg.run.device).peak(act_dtype, cfg.precision.tf32, threads);
 }
 
 // The trace window clipped to the run. A window past the end is a warning, not an error:
@@ -67,7 +55,7 @@ GptOptions model_options(const Config& cfg) {
 const Config& checked(const Config& cfg, int world) {
   check_config(cfg);
   validate_for_world(cfg, world);
-  require_device(cfg.run.device, "run.device");
+  runtime(cfg.run.device, "run.device");
   return cfg;
 }
 
@@ -113,7 +101,6 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
       model_(cfg.model, model_options(cfg), cfg.run.device),
       arena_(model_.count_arena_bytes(cfg.train.micro_batch, cfg.model.seq_len), cfg.run.device),
       state_(model_.registry(), cfg, make_data_source(cfg, "train", sync_.rank(), sync_.world())),
-      passes_(cfg.run.device),
       schedule_{cfg.train.schedule, cfg.train.lr, cfg.train.min_lr_ratio, cfg.train.warmup_steps,
                 cfg.train.steps},
       timer_(cfg.profile.enabled),
@@ -130,9 +117,10 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
   f.threads = resolve_threads(cfg.run.threads, local_rank_count());
   set_compute_threads(f.threads);
   const DType act = model_.options().act_dtype;
-  f.peak_gflops = measure_peak(cfg, act, f.threads);
-  f.peak_source = peak_source(cfg, act);
-  timer_.time_on_device(make_device_clock(cfg.run.device, device_marks(cfg)));
+  Peak peak = run_peak(cfg, act, f.threads);
+  f.peak_gflops = peak.gflops;
+  f.peak_source = std::move(peak.source);
+  timer_.time_on_device(runtime(cfg.run.device).make_clock(device_marks(cfg)));
   model_.init(cfg.run.seed);
   resumed_from_ = find_resume_checkpoint(cfg_, f.rank == 0);
   if (resumed_from_.empty()) {
@@ -306,7 +294,7 @@ double Trainer::timed_update(double lr, bool traced, bool compressed, SignExchan
 int Trainer::unscale_and_agree(bool traced, double loss) {
   FlatBuffer& g = model_.grads();
   return timed(&PhaseTimes::optimizer, "unscale + check", traced, [&] {
-    const bool bad = state_.scaler.unscale_and_check(g, passes_) || !std::isfinite(loss);
+    const bool bad = state_.scaler.unscale_and_check(g) || !std::isfinite(loss);
     return sync_.first_rank(bad);
   });
 }
@@ -331,7 +319,7 @@ std::string Trainer::numerical_fault(int step, int rank) const {
 double Trainer::apply_update(double lr, bool traced) {
   return timed(&PhaseTimes::optimizer, "optimizer", traced, [&] {
     FlatBuffer& g = model_.grads();
-    const double norm = std::sqrt(passes_.sum_squares(g));
+    const double norm = std::sqrt(sum_squares(g));
     state_.optimizer.step(model_.params(), g, lr, clip_coefficient(norm, cfg_.train.grad_clip));
     return norm;
   });
@@ -509,7 +497,7 @@ TrainOutcome Trainer::run() {
                                                   : "";
   end.loop_s = std::chrono::duration<double>(SteadyClock::now() - t_loop).count();
   out.final_val_loss = end.final_val_loss = evaluate();
-  end.peak_gflops_end = measure_peak(cfg_, model_.options().act_dtype, facts_.threads);
+  end.peak_gflops_end = run_peak(cfg_, model_.options().act_dtype, facts_.threads).gflops;
   end.final_loss = out.losses.empty() ? totals_.last_loss : out.losses.back();
   record_end_state(out);
   end.optimizer_steps = out.optimizer_steps;

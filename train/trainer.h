@@ -20,7 +20,6 @@
 #include "core/trace.h"
 #include "models/gpt.h"
 #include "optim/adamw.h"
-#include "optim/device_passes.h"
 #include "optim/loss_scaler.h"
 #include "optim/onebit_adam.h"
 #include "optim/schedule.h"
@@ -134,7 +133,6 @@ class Trainer {
   Gpt model_;
   Arena arena_;  // on the model's device
   TrainState state_;
-  DevicePasses passes_;  // clipping's norm and the scaler's check, on the model's device
   LrSchedule schedule_;
   StepTimer timer_;
   TraceRecorder trace_;

@@ -8,11 +8,7 @@
 
 #include <cstddef>
 
-#if defined(__CUDACC__)
-#define RINGSTEP_HD __host__ __device__ inline
-#else
-#define RINGSTEP_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace ringstep::cuda {
 

@@ -307,7 +307,6 @@ void CudaBackend::attention_backward(float* dqkv, const float* dout, const void*
 std::unique_ptr<Backend> make_cuda_backend(DType act_dtype, bool tf32) {
   if (act_dtype == DType::f16)
     throw InputError("backend: device cuda stores fp32 or bf16 activations; fp16 is not built yet");
-  require_device(Device::cuda, "backend");
   use_local_device();
   return std::make_unique<CudaBackend>(act_dtype, tf32);
 }

@@ -2,14 +2,14 @@
 // update (AdamW::step), the loss scaler's unscale + inf/NaN check
 // (LossScaler::unscale_and_check) in one pass, and the global norm's sum of squares
 // (optim/clip.h). Device pointers; the stream is the legacy default stream, as the
-// backend's. Failures throw (cuda_check.h). Plain C++ header; optim/device_passes.h is
-// what the trainer's side calls.
+// backend's. Failures throw (cuda_check.h). Plain C++ header; the cuda runtime
+// (core/cuda/device_runtime.h) is what calls it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "core/cuda/optim_math.h"
+#include "core/optim_math.h"
 
 namespace ringstep::cuda {
 

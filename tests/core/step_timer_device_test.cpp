@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/profiler.h"
+#include "core/runtime.h"
 
 namespace ringstep {
 namespace {
@@ -77,7 +78,7 @@ TEST(StepTimerOnDevice, PhasesComeFromDeviceMarksReadOncePerInterval) {
 }
 
 TEST(StepTimerOnDevice, CpuHasNoDeviceClockAndADisabledTimerTakesNone) {
-  EXPECT_EQ(make_device_clock(Device::cpu, 10), nullptr);
+  EXPECT_EQ(runtime(Device::cpu).make_clock(10), nullptr);
   std::vector<double> marks;
   std::vector<int> waits;
   StepTimer off(false);

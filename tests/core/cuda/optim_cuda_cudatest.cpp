@@ -1,5 +1,6 @@
 // The device optimizer passes against optim/ (AdamW::step, LossScaler's unscale + check,
-// clipping's norm), directly and through optim/device_passes.h, on buffers of odd length.
+// clipping's norm), directly and through the cuda runtime (core/runtime.h), on buffers of
+// odd length.
 // Skips with the reason when no GPU is usable.
 #include <gtest/gtest.h>
 
@@ -15,7 +16,7 @@
 #include "core/registry.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
-#include "optim/device_passes.h"
+#include "core/runtime.h"
 
 #ifdef RINGSTEP_HAVE_CUDA
 #include "core/cuda/optim_cuda.h"
@@ -57,7 +58,7 @@ TEST_F(CudaOptim, AdamWMatchesCpu) {
     cuda::copy_to_device(dg.data(), g.data(), n * sizeof(float));
     const double lr = 1e-2, gs = 0.25;
     cpu.step(p.data(), g.data(), lr, gs);
-    const cuda::AdamWStep s = cuda::adamw_scalars(hp.beta1, hp.beta2, hp.eps, lr, t, gs);
+    const AdamWStep s = adamw_scalars(hp.beta1, hp.beta2, hp.eps, lr, t, gs);
     for (const TensorInfo& ti : reg.tensors())
       cuda::adamw_update(dp.data() + ti.offset, dg.data() + ti.offset, dm.data() + ti.offset,
                          dv.data() + ti.offset, ti.numel, s,
@@ -72,7 +73,7 @@ TEST_F(CudaOptim, AdamWMatchesCpu) {
 TEST_F(CudaOptim, UnscaleAndCheckFindsEveryNonFinite) {
   const size_t n = 100003;
   std::vector<float> g = Random(n, 2);
-  FlatBuffer dg(n, Device::cuda), flag(1, Device::cuda);
+  FlatBuffer dg(n, Device::cuda), flag(1, Device::cuda);  // flag: one float's bytes
   int* f = reinterpret_cast<int*>(flag.data());
   cuda::copy_to_device(dg.data(), g.data(), n * sizeof(float));
   EXPECT_FALSE(cuda::unscale_and_check(dg.data(), n, 0.5f, f));
@@ -90,23 +91,35 @@ TEST_F(CudaOptim, UnscaleAndCheckFindsEveryNonFinite) {
   }
 }
 
-// The seam (optim/device_passes.h) on cuda buffers against the same passes on host copies.
-TEST_F(CudaOptim, DevicePassesMatchTheHostPaths) {
+// The runtime's passes on cuda buffers against the host runtime's on the same values. The
+// device sums squares in double, the host in float blocks folded into double (within
+// 1024 * 2^-24 of the fp64 sum whatever the data): both norms are held to an fp64 sum, and
+// to each other to 1e-6 relative.
+TEST_F(CudaOptim, RuntimePassesMatchTheHostRuntime) {
   const size_t n = 1000003;  // more elements than the reduction's threads: grid-stride loops
   const std::vector<float> g = Random(n, 5);
   FlatBuffer host(n), dev(n, Device::cuda);
   std::copy(g.begin(), g.end(), host.data());
   copy_buffer(dev, host);
-  DevicePasses on_host(Device::cpu), on_dev(Device::cuda);
-  const double want = on_host.sum_squares(host), got = on_dev.sum_squares(dev);
-  EXPECT_NEAR(got, want, 1e-9 * want);
-  EXPECT_EQ(on_dev.sum_squares(FlatBuffer(0, Device::cuda)), 0.0);
-  EXPECT_FALSE(on_dev.unscale_and_check(dev, 0.125f));
-  EXPECT_FALSE(on_host.unscale_and_check(host, 0.125f));
+  Runtime& gpu = runtime(Device::cuda);
+  EXPECT_EQ(&dev.runtime(), &gpu);
+  EXPECT_FALSE(gpu.host_memory());
+  double fp64 = 0;
+  for (float x : g) fp64 += double(x) * double(x);
+  const double want = sum_squares(host), got = sum_squares(dev);
+  EXPECT_NEAR(got, fp64, 1e-12 * fp64);
+  EXPECT_NEAR(want, fp64, 1024 * 0x1p-24 * fp64);
+  EXPECT_NEAR(std::sqrt(got), std::sqrt(want), 1e-6 * std::sqrt(want));
+  EXPECT_EQ(gpu.sum_squares(dev.data(), 0), 0.0);
+  EXPECT_FALSE(gpu.unscale_and_check(dev.data(), n, 0.125f));
+  EXPECT_FALSE(runtime(Device::cpu).unscale_and_check(host.data(), n, 0.125f));
   FlatBuffer back(n);
   copy_buffer(back, dev);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(back.data()[i], host.data()[i]) << i;
-  EXPECT_THROW(on_dev.sum_squares(host), std::logic_error);
+  const DeviceMemory mem = gpu.memory();
+  EXPECT_GT(mem.total_bytes, size_t(1) << 30);
+  EXPECT_LE(mem.free_bytes, mem.total_bytes);
+  EXPECT_NE(gpu.make_clock(4), nullptr);
 }
 
 // AdamW::step on cuda buffers (moments on the device) against AdamW on the host, with
@@ -123,13 +136,12 @@ TEST_F(CudaOptim, AdamWFlatBufferStepOnDeviceMatchesHost) {
   const std::vector<float> p0 = Random(n, 1);
   std::copy(p0.begin(), p0.end(), p.data());
   copy_buffer(dp, p);
-  DevicePasses passes(Device::cuda);
   for (int t = 1; t <= 3; ++t) {
     FlatBuffer g(n);
     const std::vector<float> gv = Random(n, 20 + uint32_t(t));
     std::copy(gv.begin(), gv.end(), g.data());
     copy_buffer(dg, g);
-    const double norm = std::sqrt(passes.sum_squares(dg));
+    const double norm = std::sqrt(sum_squares(dg));
     const double coef = clip_coefficient(norm, 1.0);
     cpu.step(p, g, 1e-2, coef);
     gpu.step(dp, dg, 1e-2, coef);

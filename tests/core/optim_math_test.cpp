@@ -1,7 +1,7 @@
-// The CUDA optimizer kernels' per-element math (core/cuda/optim_math.h), run on the CPU
-// against optim/'s AdamW over a registry with decayed and undecayed tensors, three steps
+// AdamW's per-element math (core/optim_math.h), the CUDA kernel's, element by element
+// against optim/'s AdamW (the CPU runtime's chunked, threaded pass) over a registry with decayed and undecayed tensors, three steps
 // (so the bias corrections move), with a gradient scale. No GPU needed.
-#include "core/cuda/optim_math.h"
+#include "core/optim_math.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "core/registry.h"
 #include "optim/adamw.h"
 
-namespace ringstep::cuda {
+namespace ringstep {
 namespace {
 
 TEST(AdamWMath, ElementMatchesAdamWStep) {
@@ -49,4 +49,4 @@ TEST(AdamWMath, ElementMatchesAdamWStep) {
 }
 
 }  // namespace
-}  // namespace ringstep::cuda
+}  // namespace ringstep

@@ -1,21 +1,22 @@
-// The per-element math of the optimizer-side kernels, shared by the CUDA kernels
-// (core/cuda/optim_cuda.cu) and the CPU tests that hold it to optim/ (host and device code).
+// AdamW's per-element math, the one definition that both runtimes' passes use: the CPU loop
+// (core/cpu/optim_passes.cpp) and the CUDA kernel (core/cuda/optim_cuda.cu). Host and
+// device code.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-#include "core/cuda/attention_layout.h"  // RINGSTEP_HD
+#include "core/host_device.h"
 
-namespace ringstep::cuda {
+namespace ringstep {
 
-// The scalars of one AdamW step (optim/adamw.cpp): bias corrections folded into the step
+// The scalars of one AdamW step: bias corrections folded into the step
 // size and eps (Kingma & Ba 2015, sec. 2); DECAY = lr * weight_decay for decayed tensors.
 struct AdamWStep {
   float beta1, beta2, eps, step_size, inv_sqrt_c2, grad_scale;
 };
 
-// The scalars of step T (1-based) exactly as AdamW::step computes them.
+// The scalars of step T (1-based).
 inline AdamWStep adamw_scalars(double beta1, double beta2, double eps, double lr, int64_t t,
                                double grad_scale) {
   const double c1 = 1.0 - std::pow(beta1, double(t)), c2 = 1.0 - std::pow(beta2, double(t));
@@ -33,4 +34,4 @@ RINGSTEP_HD void adamw_element(float& p, float g, float& m, float& v, const Adam
   p -= s.step_size * m / denom + decay * p;
 }
 
-}  // namespace ringstep::cuda
+}  // namespace ringstep

@@ -1,0 +1,26 @@
+// The optimizer's passes over host arrays: the CPU runtime's (core/runtime.h) and the ones
+// optim/ calls on plain pointers. Each is elementwise or a fixed-order reduction, so results
+// do not depend on the thread count.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/optim_math.h"
+#include "core/registry.h"
+
+namespace ringstep::cpu {
+
+// The sum of x[0, n)^2: blocks of 1024 float partial sums folded into double, which
+// vectorises and keeps the relative error near 1024 float roundings of a block.
+double sum_squares(const float* x, size_t n);
+
+// X[0, n) *= INV_SCALE (skipped when it is 1), then true iff any element is inf or NaN.
+bool unscale_and_check(float* x, size_t n, float inv_scale);
+
+// AdamW step S on each of TENSORS (decayed ones with DECAY), on the compute thread pool over
+// fixed chunks of each tensor.
+void adamw_update(const std::vector<TensorInfo>& tensors, const AdamWStep& s, float decay,
+                  float* params, const float* grads, float* m, float* v);
+
+}  // namespace ringstep::cpu

@@ -1,0 +1,41 @@
+#include "core/runtime.h"
+
+#include <array>
+#include <mutex>
+
+#include "core/cpu/cpu_runtime.h"
+#include "core/cuda/device_runtime.h"  // plain C++; defined only in CUDA builds
+#include "core/error.h"
+
+namespace ringstep {
+namespace {
+
+// The runtime of DEVICE, or the reason this build or machine has none.
+std::unique_ptr<Runtime> make_runtime(Device device, std::string& why) {
+  if (device == Device::cpu) return cpu::make_cpu_runtime();
+#ifdef RINGSTEP_HAVE_CUDA
+  return cuda::make_cuda_runtime(why);
+#else
+  why = "built without the CUDA backend";
+  return nullptr;
+#endif
+}
+
+}  // namespace
+
+Runtime& runtime(Device device, const char* what) {
+  struct Slot {
+    std::once_flag once;
+    std::unique_ptr<Runtime> rt;
+    std::string why;
+  };
+  static std::array<Slot, enum_names(Device{}).size()> slots;
+  Slot& s = slots[static_cast<size_t>(device)];
+  std::call_once(s.once, [&] { s.rt = make_runtime(device, s.why); });
+  if (!s.rt)
+    throw InputError(std::string(what) + ": device " + name(device) + " is not available: " +
+                     s.why);
+  return *s.rt;
+}
+
+}  // namespace ringstep

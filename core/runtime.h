@@ -1,0 +1,83 @@
+// A device's runtime: everything outside the model's ops that depends on where memory lives
+// (ggml's backend buffers). Memory and copies, the device's memory size, a clock on its
+// compute stream, the peak that MFU divides by, the optimizer's passes over whole flat
+// buffers, and the Backend of its ops. `FlatBuffer` and `Arena` hold one; no code outside
+// core/cpu and core/cuda branches on the device.
+//
+// runtime(DEVICE) returns the process's one runtime of DEVICE, made on first use by
+// make_runtime (core/runtime.cpp, the one place that knows which runtimes this build has).
+// Runtimes live until the process exits. The optimizer passes are not thread-safe (one
+// training thread per rank calls them); memory calls are.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/device_clock.h"
+#include "core/dtype.h"
+#include "core/optim_math.h"
+
+namespace ringstep {
+
+class Backend;
+struct TensorInfo;
+
+// Bytes of the device's memory: what is free for this process now, and the whole.
+struct DeviceMemory {
+  size_t free_bytes = 0, total_bytes = 0;
+};
+
+// MFU's denominator (docs/metrics.md) and where it comes from, for the log header.
+struct Peak {
+  double gflops = 0;   // 0 where the device is not known
+  std::string source;  // "measured: 1-thread SGEMM ... x threads", "H200 SXM dense bf16, datasheet"
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+
+  virtual Device device() const = 0;
+  // "cpu", or the GPU's name as its driver reports it ("NVIDIA H200").
+  virtual std::string device_name() const = 0;
+  // True iff this runtime's memory is host memory: its pointers may be read by the CPU.
+  virtual bool host_memory() const = 0;
+
+  // BYTES of zeroes (at least 1 allocated), aligned to 64 bytes or more. Throws on failure.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* p) noexcept = 0;  // null is fine
+  virtual void zero(void* p, size_t bytes) = 0;
+  // BYTES from SRC to DST, each in this runtime's memory or in host memory; blocks until
+  // done, ordered after all work queued before it.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual DeviceMemory memory() const = 0;
+
+  // The ops on activations of ACT_DTYPE (TF32 products for fp32 when TF32 is set).
+  virtual std::unique_ptr<Backend> make_backend(DType act_dtype, bool tf32) = 0;
+  // A clock on the compute stream with CAPACITY marks made ahead (core/device_clock.h); null
+  // where the host clock times the device's work (the CPU).
+  virtual std::unique_ptr<DeviceClock> make_clock(size_t capacity) = 0;
+  // The peak of the products a model with ACT_DTYPE activations runs, over THREADS compute
+  // threads of a rank. May take a second (the CPU measures it).
+  virtual Peak peak(DType act_dtype, bool tf32, int threads) = 0;
+
+  // The optimizer's passes over a flat buffer X[0, n) in this runtime's memory.
+  // The sum of x^2, accumulated at least in float blocks folded into double.
+  virtual double sum_squares(const float* x, size_t n) = 0;
+  // X *= INV_SCALE (skipped when it is 1), then whether any element is inf or NaN.
+  virtual bool unscale_and_check(float* x, size_t n, float inv_scale) = 0;
+  // AdamW step S (core/optim_math.h) on each tensor of TENSORS, the ones marked decay with
+  // DECAY (lr * weight_decay), the rest with 0. May return before the device is done.
+  virtual void adamw_update(const std::vector<TensorInfo>& tensors, const AdamWStep& s,
+                            float decay, float* params, const float* grads, float* m,
+                            float* v) = 0;
+};
+
+// The process's runtime of DEVICE. Throws InputError "WHAT: device cuda is not available:
+// <why>" where this build or machine cannot run it.
+Runtime& runtime(Device device, const char* what = "run.device");
+
+}  // namespace ringstep
