@@ -2,12 +2,13 @@
 // - OpenBLAS picks its kernels from CPUID or OPENBLAS_CORETYPE. Debian's OpenBLAS 0.3.21
 //   predates Sapphire/Emerald Rapids (family 6, models 143 and 207) and falls back to its
 //   Prescott (SSE3) kernels there, several times slower than its AVX-512 SkylakeX kernels
-//   that these CPUs run correctly (docs/perf.md section 1).
+//   that these CPUs run correctly (docs/perf-log.md section 1).
 // - libgomp's idle threads spin for GOMP_SPINCOUNT iterations (300,000 by default, about a
 //   millisecond) before they sleep. A spinning thread takes a core from whatever else wants
 //   it: another rank, the comm engine thread, a neighbour's job; and a barrier waits for the
 //   thread that was descheduled. ringstep's default is a short spin (kSpinCount) that keeps
-//   back-to-back regions cheap but sleeps within microseconds (docs/perf.md section 14).
+//   back-to-back regions cheap but sleeps within microseconds (docs/perf-log.md
+//   section 14).
 #pragma once
 
 #include <string>

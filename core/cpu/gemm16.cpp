@@ -6,7 +6,7 @@
 // fp32-sgemm kernel: both 16-bit operands go to sgemm (sgemm.h) with the same transposes,
 // which widens them to fp32 (exact for bf16 and fp16) as it packs them. Its bits
 // do not depend on the thread count on our kernel; on OpenBLAS's (AVX-512 hosts) the
-// SkylakeX kernels split M and N only, which keeps that too (docs/perf.md section 14).
+// SkylakeX kernels split M and N only, which keeps that too (docs/perf-log.md section 14).
 #include "core/cpu/gemm16.h"
 
 #include <algorithm>

@@ -7,7 +7,7 @@
 // a(i,2p+1) b(2p+1,j), products exact, sums in fp32. The tiles are gemm16_tiles.h's layout;
 // each 32 x 32 block of C is a 2 x 2 tile micro-kernel over all K (4 C tiles, 2 A and 2 B
 // tiles: all 8 tile registers). Where the time goes (micro-kernel, packing, writing C) is
-// measured in docs/perf.md section 7.
+// measured in docs/perf-log.md section 7.
 //
 // Exceptions to exact IEEE behaviour, from the hardware: TDPBF16PS treats subnormal bf16
 // inputs as zero and flushes subnormal results to zero, whatever MXCSR says.

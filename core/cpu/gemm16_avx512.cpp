@@ -8,7 +8,7 @@
 // a(m,2p+1) b(2p+1,n) to row m of C. A 32 x 32 block of C is four strips of 8 rows x 32
 // columns, each 16 zmm accumulators (two B loads and eight broadcasts per k pair), twice
 // the multiply-adds per instruction of an fp32 FMA; K goes in chunks that every strip
-// sweeps while the chunk's B is in L1 (docs/perf.md section 14d).
+// sweeps while the chunk's B is in L1 (docs/perf-log.md section 14d).
 //
 // Exceptions to exact IEEE behaviour, from the hardware: VDPBF16PS treats subnormal bf16
 // inputs as zero and flushes subnormal results to zero, whatever MXCSR says.

@@ -231,7 +231,7 @@ void gemm16_tiled(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
   const int chunk_panels = (n_panels + n_chunks - 1) / n_chunks;
   const bool parallel = double(M) * N * K >= kParallelMinMacs;
   // C = A B (the forward): full blocks go from the kernel straight into C, which saves a
-  // 4 KiB round trip through acc per block (docs/perf.md section 7).
+  // 4 KiB round trip through acc per block (docs/perf-log.md section 7).
   const bool store_direct = alpha == 1.0f && beta == 0.0f && bias == nullptr;
 
 #pragma omp parallel if (parallel)

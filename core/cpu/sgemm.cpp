@@ -42,7 +42,8 @@ constexpr int MR = 12, NR = 32;
 #else
 constexpr int MR = 6, NR = 16;
 #endif
-// Measured against 72/144/288 rows and 256/384 deep on small.yaml's shapes (docs/perf.md).
+// Measured against 72/144/288 rows and 256/384 deep on small.yaml's shapes (docs/perf-log.md
+// sections 14c and 14g).
 constexpr int kDepth = 384;
 constexpr int kBlockRows = 72;
 constexpr int kBlockCols = 4096;

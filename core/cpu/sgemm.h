@@ -3,7 +3,7 @@
 // - ours: BLIS's layered blocking (Goto & van de Geijn 2008) around a register-blocked
 //   micro-kernel (Van Zee & van de Geijn 2015), with the bias broadcast folded into the
 //   write of C: "avx512-12x32" where the CPU has AVX-512, "avx2-6x16" where it has AVX2 and
-//   FMA (docs/perf.md sections 14c and 14g measure them against OpenBLAS).
+//   FMA (docs/perf-log.md sections 14c and 14g measure them against OpenBLAS).
 // - "openblas": cblas_sgemm, where the build has no AVX2 (RINGSTEP_NATIVE=OFF), or when
 //   forced (RINGSTEP_SGEMM=openblas). Without BLAS, ours runs with a portable micro-kernel.
 //

@@ -2,7 +2,7 @@
 // thread-count invariant, for tests that assert bits across thread counts, and the
 // relative difference they fall back to where it is not. Our kernel always is; OpenBLAS
 // splits M and N only, never K, yet on some CPUs (AMD Zen 3 with OpenBLAS's Zen kernels,
-// docs/perf.md section 14) a row of C lands in an edge kernel with another summation order
+// docs/perf-log.md section 14b) a row of C lands in an edge kernel with another summation order
 // when the split moves, so its bits follow the thread count.
 #pragma once
 
