@@ -88,6 +88,7 @@ struct Reader {
   Config& cfg;
   std::string file;
   std::map<std::string, std::string> set_at;  // key -> where it was last set
+  bool command_line = false;                  // applying a --set
 
   std::string at(const YAML::Mark& mark, const std::string& fixed) const {
     if (!fixed.empty() || mark.is_null()) return fixed.empty() ? file : fixed;
@@ -97,6 +98,11 @@ struct Reader {
   // Applies NODE as the value of PATH (a key or a section; "" is the top level).
   void apply(const std::string& path, const YAML::Node& node, const std::string& fixed) {
     if (const KeySpec* key = find_key(path)) {
+      if (key->action && !command_line)
+        throw InputError(at(node.Mark(), fixed) + ": '" + path +
+                         "' is an action of one command, not part of an experiment: give it on "
+                         "the command line (--set " + path +
+                         "=true) so that a saved config never repeats it");
       try {
         key->decode(node, cfg);
       } catch (const config_schema::NodeError& e) {
@@ -149,7 +155,9 @@ struct Reader {
     } catch (const YAML::ParserException& e) {
       throw InputError("--set " + excerpt(text) + ": VALUE is not valid YAML: " + e.msg);
     }
+    command_line = true;
     apply(path, value, "--set " + path);
+    command_line = false;
   }
 
   // The one YAML document in TEXT (null when there is none): a second one, after "---", is
@@ -163,11 +171,14 @@ struct Reader {
     return docs.empty() ? YAML::Node() : docs[0];
   }
 
-  // Throws MSG located at the first of KEYS that the file or an override set.
+  // Throws MSG located at the first of KEYS that an override set, else at the first that the
+  // file set: the user's latest word is the one to point at.
   [[noreturn]] void fail(std::initializer_list<std::string> keys, const std::string& msg) const {
-    for (const std::string& k : keys) {
-      if (auto it = set_at.find(k); it != set_at.end()) throw InputError(it->second + ": " + msg);
-    }
+    for (bool overrides : {true, false})
+      for (const std::string& k : keys)
+        if (auto it = set_at.find(k);
+            it != set_at.end() && it->second.starts_with("--set ") == overrides)
+          throw InputError(it->second + ": " + msg);
     throw InputError(file + ": " + msg);
   }
 };
@@ -183,6 +194,13 @@ void check_cross_fields(const Config& c, const Reader& reader) {
   }
   if (c.data.source == DataSourceKind::file && c.data.path.empty()) {
     reader.fail({"data.source", "data.path"}, "'data.source' is file but 'data.path' is not set");
+  }
+  if (c.data.source == DataSourceKind::synthetic) {
+    const std::string why =
+        "' is set but 'data.source' is synthetic, which reads no file; set data.source=file "
+        "to train on it";
+    if (!c.data.path.empty()) reader.fail({"data.path"}, "'data.path" + why);
+    if (!c.data.val_path.empty()) reader.fail({"data.val_path"}, "'data.val_path" + why);
   }
   const LossScaleConfig& ls = c.precision.loss_scale;
   if (ls.min_scale > ls.initial) {
@@ -227,8 +245,10 @@ void emit_section(YAML::Emitter& out, const Config& cfg, std::string_view sectio
   out << YAML::BeginMap;
   for (std::string_view p : paths()) {
     if (parent_of(p) != section) continue;
+    const KeySpec* key = find_key(p);
+    if (key && key->action) continue;
     out << YAML::Key << std::string(leaf_of(p)) << YAML::Value;
-    if (const KeySpec* key = find_key(p))
+    if (key)
       key->encode(cfg, out);
     else
       emit_section(out, cfg, p);

@@ -289,6 +289,12 @@ KeySpec key(std::string_view path, Get get, Codec<T> c, std::string_view doc,
   return {path, c.type, c.range, def_text, doc, decode, encode};
 }
 
+// KEY as an action (KeySpec::action).
+KeySpec action(KeySpec k) {
+  k.action = true;
+  return k;
+}
+
 // A key's dotted path is the path of its field in Config.
 #define KEY(member) \
 #member, [](auto& c) -> auto& { return c.member; }
@@ -300,7 +306,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(run.seed), number<uint64_t>(), "seed for weight init and data; same config, seed and world size give the same losses"),
   key(KEY(run.device), choice<Device>(), "where the model, its gradients and the optimizer state live and run; cuda: one GPU per rank, bf16 or fp32, AdamW (docs/gpu.md); exit 2 where no CUDA device is usable"),
   key(KEY(run.threads), number<int>(at_least(1), kAuto), "CPU threads per rank; auto = cores / ranks on this node"),
-  key(KEY(run.overwrite), boolean(), "start afresh in an out_dir holding an earlier run's steps.jsonl or checkpoints (deletes them); false = refuse unless resuming"),
+  action(key(KEY(run.overwrite), boolean(), "command line only (`--set run.overwrite=true`), never saved: start afresh in an out_dir that holds an earlier run, deleting everything that run wrote (docs/design.md, the run directory); false = refuse unless resuming")),
   key(KEY(run.memory_limit_mb), number<double>(at_least(0)), "memory one rank may use, in MiB, that `ringstep report` judges the activation peak against (an accelerator's memory, a cgroup limit); 0 = physical RAM / ranks on the node"),
 
   key(KEY(model.vocab_size), number<int>(in('[', 2, 65536, ']')), "vocabulary size (tokens are uint16 on disk)"),

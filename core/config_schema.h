@@ -32,6 +32,10 @@ struct KeySpec {
   std::function<void(const YAML::Node& node, Config& cfg)> decode;
   // Writes the field as a YAML value that decode reads back to the same value.
   std::function<void(const Config& cfg, YAML::Emitter& out)> encode;
+  // An action of one command, not a property of the experiment (run.overwrite): read only
+  // from --set, refused in a file, never written by config_to_yaml, so that re-running a
+  // saved config never repeats it.
+  bool action = false;
 };
 
 // Every key, sections in the order of Config's members; one section's keys are contiguous.

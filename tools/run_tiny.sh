@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: install, build, and train configs/tiny.yaml on 2 ranks with mpirun. Each run
-# starts afresh in runs/tiny (run.overwrite), replacing the previous run's logs.
+# starts afresh in runs/tiny (--set run.overwrite=true, never saved in runs/tiny/config.yaml),
+# deleting what the previous run wrote there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/build.sh release

@@ -74,6 +74,16 @@ std::vector<std::string> steps_through(const std::string& path, int last_step) {
 
 }  // namespace
 
+void RunDir::clear_earlier_run() const {
+  for (const char* name : kRunOutputs) {
+    std::error_code ec;
+    std::filesystem::remove_all(path(name), ec);
+    if (ec)
+      throw std::runtime_error("cannot remove the earlier run's '" + path(name) +
+                               "': " + ec.message());
+  }
+}
+
 std::vector<std::string> RunDir::create(int resumed_step) {
   std::error_code ec;
   std::filesystem::create_directories(root_, ec);

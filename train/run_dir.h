@@ -3,11 +3,20 @@
 // through a temporary file and a rename so a crash never leaves half of one.
 #pragma once
 
+#include <array>
 #include <fstream>
 #include <string>
 #include <vector>
 
 namespace ringstep {
+
+// Everything a run and its tools write into the run directory: what run.overwrite deletes
+// before a new run starts. Nothing else there is touched (a data file or the weights a run
+// starts from may live beside them).
+inline constexpr std::array<const char*, 7> kRunOutputs = {
+    "config.yaml", "steps.jsonl", "summary.json", "trace", "checkpoints",
+    "final.safetensors",  // the finished run's weights (train/export.h)
+    "steps.png"};   // tools/plot_steps.py
 
 // Throws InputError unless PATH is a directory or could be created as one: every name in it
 // at most NAME_MAX bytes, its deepest existing ancestor a writable directory. Reads only, so
@@ -20,6 +29,9 @@ void write_file_atomic(const std::string& path, const std::string& text);
 class RunDir {
  public:
   explicit RunDir(std::string root) : root_(std::move(root)) {}
+  // Deletes each of kRunOutputs under ROOT that exists. Throws std::runtime_error naming
+  // the path that could not be removed.
+  void clear_earlier_run() const;
   // Creates ROOT (and parents) and opens steps.jsonl for appending. Records of steps after
   // RESUMED_STEP are dropped (written after the checkpoint that is resumed, they will be
   // written again); 0 = a new run, steps.jsonl starts empty. Returns the records kept, one

@@ -142,7 +142,7 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
   f.buckets = sync_.buckets().size();
   if (f.rank == 0) {
     // Every rank has chosen its checkpoint (check_replicas above waited for all of them).
-    if (resumed_from_.empty()) std::filesystem::remove_all(checkpoints_dir(cfg_));
+    if (resumed_from_.empty()) run_dir_.clear_earlier_run();
     totals_.resume(run_dir_.create(state_.step), state_.step);
     if (!resumed_from_.empty())
       std::printf("resuming from %s (step %d)\n", resumed_from_.c_str(), state_.step);

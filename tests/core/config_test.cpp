@@ -298,7 +298,8 @@ TEST(Config, MissingFileNamesFileAndReason) {
 TEST(Config, OverridesApplyAfterTheFile) {
   Config cfg = parse("train: {lr: 0.1, steps: 10}\n",
                      {"train.lr=2.5e-4", "profile.trace_steps=[5,9]", "run.threads=auto",
-                      "optimizer.betas=[0.5, 0.6]", "comm.overlap=false", "data.val_path=v.bin"});
+                      "optimizer.betas=[0.5, 0.6]", "comm.overlap=false", "data.source=file",
+                      "data.path=t.bin", "data.val_path=v.bin"});
   EXPECT_EQ(cfg.train.lr, 2.5e-4);
   EXPECT_EQ(cfg.train.steps, 10);
   EXPECT_EQ(cfg.profile.trace_steps, (std::vector<int>{5, 9}));
@@ -329,9 +330,27 @@ TEST(Config, OverrideErrorsNameTheFlag) {
             "found");
   EXPECT_EQ(error_of("", {"train={lrr: 1}"}),
             "--set train: unknown key 'train.lrr'; did you mean 'train.lr'?");
-  // A cross-field violation caused by an override points at the override.
+  // A cross-field violation caused by an override points at the override, even when the
+  // other key of the rule was set in the file.
   EXPECT_EQ(error_of("model: {d_model: 128}\n", {"model.n_heads=5"}),
             "--set model.n_heads: 'model.d_model' (128) must be divisible by 'model.n_heads' (5)");
+  EXPECT_EQ(error_of("model:\n  n_heads: 4\n  d_model: 128\n", {"model.d_model=130"}),
+            "--set model.d_model: 'model.d_model' (130) must be divisible by 'model.n_heads' (4)");
+}
+
+// run.overwrite deletes a run: an action of one command, so a saved config (config.yaml of a
+// run) must never carry it into a re-run.
+TEST(Config, OverwriteIsACommandLineActionNeverSaved) {
+  EXPECT_TRUE(parse("", {"run.overwrite=true"}).run.overwrite);
+  EXPECT_EQ(error_of("run:\n  overwrite: true\n"),
+            "x.yaml:2:14: 'run.overwrite' is an action of one command, not part of an "
+            "experiment: give it on the command line (--set run.overwrite=true) so that a saved "
+            "config never repeats it");
+  EXPECT_NE(error_of("run: {overwrite: false}\n"), "");
+  EXPECT_TRUE(parse("", {"run={overwrite: true}"}).run.overwrite);
+  const std::string saved = config_to_yaml(parse("", {"run.overwrite=true"}));
+  EXPECT_EQ(saved.find("overwrite"), std::string::npos) << saved;
+  EXPECT_FALSE(parse(saved).run.overwrite);
 }
 
 TEST(Config, RoundTripDefaults) {
@@ -345,7 +364,7 @@ TEST(Config, RoundTripDefaults) {
 TEST(Config, RoundTripEveryKeyChanged) {
   Config c;
   c.source_path = "effective.yaml";
-  c.run = {"yes", "out dir/with: colon", 18446744073709551615ull, Device::cpu, 7, true};
+  c.run = {"yes", "out dir/with: colon", 18446744073709551615ull, Device::cpu, 7, false};
   c.model = {1000, 64, 96, 3, 3};
   c.data = {DataSourceKind::file, "123", "val.bin"};
   c.train = {11, 3, 5, 45, 1.0 / 3.0, 0.0, 2, LrScheduleKind::linear, 0.0, 0.0, 0, 1, 0};
@@ -374,7 +393,10 @@ void ExpectEveryNameRoundTrips(const std::string& path, Get get,
       EXPECT_NE(error_of("", {set}).find("not implemented yet"), std::string::npos) << set;
       continue;
     }
-    Config c = parse(path == "data.source" ? "data: {path: t.bin}\n" : "", {set});
+    Config c = parse(path == "data.source" && n.name == std::string_view("file")
+                         ? "data: {path: t.bin}\n"
+                         : "",
+                     {set});
     EXPECT_EQ(get(c), n.value) << set;
     Config back = parse(config_to_yaml(c));
     EXPECT_EQ(get(back), n.value) << set;

@@ -91,6 +91,10 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
   ExpectBadInput("train " + Tiny() + run +
                      " --set data.source=file --set data.path=" + (dir / "none.bin").string(),
                  "none.bin", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set data.path=nope.bin",
+                 "--set data.path: 'data.path' is set but 'data.source' is synthetic", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set model.d_model=130",
+                 "--set model.d_model: 'model.d_model' (130) must be divisible", dir);
   {
     std::ofstream bad(dir / "bad.yaml");
     bad << "model:\n  d_model: 128\n  n_layerz: 4\n";
@@ -117,6 +121,49 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
       "prepare --input " + (dir / "nope.txt").string() + " --output " + (dir / "x.bin").string(),
       "nope.txt", dir);
   EXPECT_FALSE(fs::exists(dir / "x.bin"));
+  fs::remove_all(dir);
+}
+
+size_t LineCount(const fs::path& path) {
+  std::ifstream in(path);
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+// The config a run saves, re-run as it is, never touches that run (issue: run.overwrite used
+// to be saved, and a re-run deleted 600 steps). run.overwrite, given on the command line,
+// clears everything the earlier run and its tools wrote, and nothing else.
+TEST(Cli, ARerunOfASavedConfigNeverDeletesTheRun) {
+  fs::path dir = Temp("rerun");
+  const fs::path run = dir / "run";
+  const std::string quick =
+      " --set train.eval_batches=1 --set run.threads=1 --set profile.peak_gflops=100";
+  Result first = RunCli("train " + Tiny() + " --set run.out_dir=" + run.string() + quick +
+                        " --set train.steps=3 --set run.overwrite=true"
+                        " --set profile.trace_steps=[2,2]");
+  ASSERT_EQ(first.code, 0) << first.output;
+  ASSERT_EQ(LineCount(run / "steps.jsonl"), 3u);
+  ASSERT_TRUE(fs::exists(run / "trace"));
+  const std::string saved = (run / "config.yaml").string();
+  std::ifstream in(saved);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("overwrite"), std::string::npos) << text;
+
+  Result again = RunCli("train " + saved + " --set train.steps=1");
+  EXPECT_EQ(again.code, 2) << again.output;
+  EXPECT_NE(again.output.find("already holds an earlier run"), std::string::npos) << again.output;
+  EXPECT_EQ(LineCount(run / "steps.jsonl"), 3u);
+
+  std::ofstream(run / "steps.png") << "a plot of the earlier run";
+  std::ofstream(run / "book.bin") << "a user's file";
+  Result over = RunCli("train " + saved +
+                       " --set train.steps=1 --set run.overwrite=true --set profile.trace_steps=[]");
+  EXPECT_EQ(over.code, 0) << over.output;
+  EXPECT_EQ(LineCount(run / "steps.jsonl"), 1u);
+  EXPECT_FALSE(fs::exists(run / "trace"));
+  EXPECT_FALSE(fs::exists(run / "steps.png"));
+  EXPECT_TRUE(fs::exists(run / "book.bin"));
   fs::remove_all(dir);
 }
 
