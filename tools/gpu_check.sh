@@ -1,194 +1,615 @@
 #!/usr/bin/env bash
-# The GPU check of issue 12, in one call on a bare GPU machine (nvcc, CMake, PyTorch; none
-# of our Debian packages): unpack the carried .debs (gpu_deps/, from
-# tools/fetch_gpu_deps.sh), configure and build the CUDA build against ONLY that copy, run
-# the CUDA tests (then again under compute-sanitizer when it works), the trainer on cuda
-# (configs/tiny.yaml's first 10 fp32 losses against the CPU run; configs/gpt2-124m.yaml's
-# tokens/s, MFU and step breakdown), the forward + backward benchmark and PyTorch eager on
-# the same GPU, and print a short table last. Full logs go to $OUT (the run tool's folder) or
-# /tmp/gpu_check. docs/gpu.md says how to call it and what each row means.
+# The one GPU check (issues 12 and 31), for one `run` call on a bare H200 machine (nvcc,
+# CMake, PyTorch, no internet, none of our Debian packages: they travel as .debs in
+# gpu_deps/, from tools/fetch_gpu_deps.sh, and are unpacked with dpkg -x into a scratch
+# prefix that CMake alone is pointed at). docs/gpu.md, "The GPU check", says how to call it,
+# what each row means and which files it leaves.
 #
-#   tools/gpu_check.sh            on the GPU machine
-#   tools/gpu_check.sh --rehearse here, without a GPU: same unpack/configure/build steps
-#                                 into build-rehearse/; the tests then skip.
-#   tools/gpu_check.sh --rehearse --configure-only   stops after the configure check.
+#   tools/gpu_check.sh                 every stage, on the GPU machine
+#   tools/gpu_check.sh --only A,B      just those stages (reusing build-gpu/ and the scratch
+#                                      dir of an earlier call; a stage whose input is missing
+#                                      says so and skips)
+#   tools/gpu_check.sh --list          the stages and their budgets
+#   tools/gpu_check.sh --rehearse      the whole script here, without a GPU: CPU stand-ins
+#                                      where they mean something, `skip (rehearse: ...)` else
+#
+# Each stage runs under `timeout` with its budget from the table below (clipped to what is
+# left of the overall budget); its row is printed, appended to $OUT/table.txt and written
+# into $OUT/results.json the moment it ends, and $OUT/logs.tar.gz is rewritten, so a call
+# killed midway still brings back every finished stage. The whole table is printed again
+# at the end. Never `set -e`: a failed stage must not stop the later ones.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+
+# ---- the stages: name, budget in seconds, what it needs, what it does ---------------------
+# Budgets add up to at most BUDGET_LIMIT (checked at start: exit 2 otherwise). One `run`
+# call has about 540 s usable; the 420 s leave room for timeout's kill grace and the tar.
+BUDGET_LIMIT=420
+STAGE_TABLE='
+unpack         10  debs      dpkg -x gpu_deps/*.deb into the scratch prefix
+configure      30  deps      cmake build-gpu/ (sm_90a only) against that prefix alone
+build          90  cache     ringstep_cuda_tests ringstep ringstep_cuda_bench, -j nproc
+cuda_tests     40  testbin   ringstep_cuda_tests: CUDA ops vs their CPU twins
+memcheck       45  testbin   compute-sanitizer --tool memcheck on the op tests
+tiny           20  ringstep  configs/tiny.yaml fp32: first 10 losses, cuda vs cpu
+gpt2           45  ringstep  configs/gpt2-124m.yaml bf16 T 1024: tok/s, MFU, phases, memory
+cuda_bench     15  benchbin  ringstep_cuda_bench: GPT-2 124M forward + backward only
+torch_eager    30  -         PyTorch eager: same model, B, T, bf16 autocast, clip + AdamW
+torch_compile  90  -         PyTorch torch.compile (SDPA), same step; steady state only
+compare         5  -         ringstep / eager, / compile; MFU vs 50%; memory vs PyTorch
+'
+MAX_OUT_FILES=6          # the device tool brings back 8; the check writes 3
+TINY_TOL=1e-4            # absolute, nats/token, on each of tiny's first 10 fp32 losses
+GPT2_STEPS=20            # configs/gpt2-124m.yaml says 30; 20 fit the budget (2 excluded)
+MEMCHECK_FILTER='*CudaBackendOps.*:CudaOps.*:CudaOptim.*:CudaDevice.*'
+# The plain-C++ halves of the CUDA checks: the rehearsal's stand-in for cuda_tests.
+REHEARSE_TEST_FILTER='GemmPlan.*:AttentionLayout.*:AdamWMath.*:GpuPeak.*:DevicePasses.*:StepTimerOnDevice.*'
+
+NAMES=() BUDGETS=() NEEDS=() WHAT=()
+while read -r n b nd w; do
+  [[ -z ${n:-} ]] && continue
+  NAMES+=("$n") BUDGETS+=("$b") NEEDS+=("$nd") WHAT+=("$w")
+done <<<"$STAGE_TABLE"
+
+cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
-REHEARSE=0
-CONFIGURE_ONLY=0
-[[ "${1:-}" == "--rehearse" ]] && REHEARSE=1
-[[ "${2:-}" == "--configure-only" ]] && CONFIGURE_ONLY=1
-LOGS=${OUT:-/tmp/gpu_check}
-mkdir -p "$LOGS"
-DEPS=/tmp/ringstep_deps
-BUILD=$ROOT/build-gpu
-[[ $REHEARSE == 1 ]] && BUILD=$ROOT/build-rehearse
-JOBS=$(nproc)
-[[ $REHEARSE == 1 ]] && JOBS=1
-START=$(date +%s)
-ROWS=()
+SELF=$ROOT/tools/gpu_check.sh
+# Python never sees the unpacked libraries (PyTorch brings its own).
+PY=(env -u LD_LIBRARY_PATH -u OPAL_PREFIX python3)
+REPORT=("${PY[@]}" "$ROOT/tools/gpu_check_report.py")
 
-# row NAME STATUS DETAIL: one line of the final table.
-row() { ROWS+=("$(printf '%-22s %-6s %s' "$1" "$2" "$3")"); }
-elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
+# ---- settings (environment overrides, for reruns and for testing the script) --------------
+WORK=${GPU_CHECK_WORK:-/tmp/gpu_check_work}           # logs, run dirs: never under $OUT
+OUTDIR=${OUT:-/tmp/gpu_check_out}                     # what the device tool brings back
+DEPS=${GPU_CHECK_DEPS:-$WORK/deps}                     # the unpacked .debs
+TINY_CONFIG=${GPU_CHECK_TINY_CONFIG:-configs/tiny.yaml}
+GPT2_CONFIG=${GPU_CHECK_GPT2_CONFIG:-configs/gpt2-124m.yaml}
+COMPILE_MODE=${GPU_CHECK_COMPILE:-regional}           # regional | full (docs/gpu.md)
+REHEARSE=${GPU_CHECK_REHEARSE:-0}
+CPU_BUILD=${GPU_CHECK_CPU_BUILD:-$ROOT/build}         # rehearsal: an existing CPU build
+GENCODE="-gencode=arch=compute_90a,code=sm_90a"       # the H200 only: a third of nvcc's time
 
-# --- 1. unpack the carried packages ---------------------------------------------------
-t=$(date +%s)
-rm -rf "$DEPS" && mkdir -p "$DEPS"
-n=0
-for f in gpu_deps/*.deb; do dpkg -x "$f" "$DEPS" && n=$((n + 1)); done
-P=$DEPS/usr
-LIB=$P/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH=$LIB:$LIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export OPAL_PREFIX=$P  # relocated Open MPI finds its plugins and help files here
-# `ringstep train` without mpirun is an MPI singleton: isolated, it starts no orted daemon
-# (which needs ssh or rsh, absent on a bare machine: rehearsed with PATH emptied).
-export OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# pkg-config sees no .pc file: FindMPI would take a system Open MPI's (here) or the
-# unpacked one's, whose prefix=/usr is wrong; it uses the MPI_* hints below instead.
-mkdir -p "$DEPS/no-pkgconfig"
-export PKG_CONFIG_LIBDIR=$DEPS/no-pkgconfig PKG_CONFIG_PATH=
-row unpack "$([[ $n -gt 0 ]] && echo ok || echo FAIL)" "$n .debs into $DEPS ($(elapsed $t))"
-
-# --- 2. configure against the unpacked copy only --------------------------------------
-t=$(date +%s)
-GENCODE="-gencode=arch=compute_90a,code=sm_90a"  # the H200 only: a third of the nvcc time
-[[ $REHEARSE == 1 ]] && GENCODE="-gencode=arch=compute_80,code=sm_80;-gencode=arch=compute_90a,code=sm_90a;-gencode=arch=compute_90,code=compute_90"
-GEN=()
-command -v ninja >/dev/null && GEN=(-G Ninja)
-rm -f "$BUILD/CMakeCache.txt"
-cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DRINGSTEP_CUDA=ON \
-  -DRINGSTEP_BLAS=OFF -DCMAKE_PREFIX_PATH="$P" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
-  -DRINGSTEP_CUDA_GENCODE="$GENCODE" \
-  -DEigen3_DIR="$P/share/eigen3/cmake" -Dyaml-cpp_DIR="$LIB/cmake/yaml-cpp" \
-  -DGTest_DIR="$LIB/cmake/GTest" -Dnlohmann_json_DIR="$P/share/cmake/nlohmann_json" \
-  -DCLI11_DIR="$P/share/cmake/CLI11" \
-  -DXXHASH_INCLUDE_DIR="$P/include" -DXXHASH_LIBRARY="$LIB/libxxhash.so" \
-  -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_CXX_SKIP_MPICXX=ON \
-  -DMPI_CXX_HEADER_DIR="$LIB/openmpi/include" -DMPI_CXX_LIB_NAMES=mpi \
-  -DMPI_mpi_LIBRARY="$LIB/openmpi/lib/libmpi.so" -DMPIEXEC_EXECUTABLE="$P/bin/mpiexec" \
-  >"$LOGS/configure.log" 2>&1
-cfg=$?
-# Every dependency must resolve into $DEPS, never to a system copy.
-leaks=$(grep -E '^(Eigen3_DIR|yaml-cpp_DIR|GTest_DIR|nlohmann_json_DIR|CLI11_DIR|XXHASH_[A-Z_]*|MPI_[a-z_]*_LIBRARY|MPI_CXX_[A-Z_]*(INCLUDE|HEADER|LINK)[A-Z_]*):' \
-  "$BUILD/CMakeCache.txt" 2>/dev/null | grep -E '/usr/(include|lib)' | grep -v "$DEPS" || true)
-if [[ $cfg -ne 0 ]]; then
-  row configure FAIL "see configure.log"; tail -30 "$LOGS/configure.log"
-elif [[ -n $leaks ]]; then
-  row configure FAIL "resolved outside $DEPS: $leaks"
-else
-  row configure ok "all dependencies from $DEPS ($(elapsed $t))"
-fi
-
-if [[ $CONFIGURE_ONLY == 1 ]]; then for r in "${ROWS[@]}"; do echo "$r"; done; exit 0; fi
-
-# --- 3. build -----------------------------------------------------------------------
-t=$(date +%s)
-cmake --build "$BUILD" -j "$JOBS" --target ringstep_cuda_tests ringstep_cuda_bench ringstep \
-  >"$LOGS/build.log" 2>&1
-bld=$?
-warn=$(grep -ci "warning" "$LOGS/build.log")
-row build "$([[ $bld -eq 0 ]] && echo ok || echo FAIL)" "cuda tests + bench + ringstep, $warn warnings ($(elapsed $t))"
-[[ $bld -ne 0 ]] && tail -40 "$LOGS/build.log"
-
-# Shared libraries the test binary loads from outside the unpacked copy: on a bare machine
-# these must be the system's own (libc, libstdc++, libgomp, ...) or CUDA's.
-if [[ $bld -eq 0 ]]; then
-  outside=$(ldd "$BUILD/tests/ringstep_cuda_tests" | awk '/=>/ {print $3}' | grep -v "^$DEPS" |
-    grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libgomp|libpthread|libdl|librt|libz|libudev|libcap|libcuda|libcudart|libcublas|libcublasLt)\.so' || true)
-  row libs "$([[ -z $outside ]] && echo ok || echo WARN)" \
-    "$([[ -z $outside ]] && echo "all non-system libraries from $DEPS" || echo "from elsewhere:" $outside)"
-fi
-
-# --- 4. tests -----------------------------------------------------------------------
-if [[ $bld -eq 0 ]]; then
-  t=$(date +%s)
-  timeout 180 "$BUILD/tests/ringstep_cuda_tests" --gtest_output="xml:$LOGS/cuda_tests.xml" \
-    >"$LOGS/cuda_tests.log" 2>&1
-  rc=$?
-  # GoogleTest's own summary lines (each test also has a per-test line: not counted).
-  passed=$(grep -oP '^\[  PASSED  \] \K[0-9]+' "$LOGS/cuda_tests.log" || echo 0)
-  skipped=$(grep -oP '^\[  SKIPPED \] \K[0-9]+(?= tests?, listed below)' "$LOGS/cuda_tests.log" || echo 0)
-  failed=$(grep -oP '^ *\K[0-9]+(?= FAILED TESTS?)' "$LOGS/cuda_tests.log" || echo 0)
-  row cuda_tests "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" \
-    "$passed passed, $skipped skipped, $failed failed ($(elapsed $t))"
-  grep -E '^\[  FAILED  \]|Failure|rel|error' "$LOGS/cuda_tests.log" | head -40
-
-  if command -v compute-sanitizer >/dev/null && [[ $REHEARSE == 0 ]]; then
-    t=$(date +%s)
-    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      "$BUILD/tests/ringstep_cuda_tests" --gtest_filter='*CudaBackendOps*:CudaOps*:CudaOptim*' \
-      >"$LOGS/memcheck.log" 2>&1
-    rc=$?
-    errs=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$LOGS/memcheck.log")
-    row memcheck "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "rc=$rc ${errs:-no summary} ($(elapsed $t))"
-    [[ $rc -ne 0 ]] && tail -30 "$LOGS/memcheck.log"
+setup_paths() {
+  if [[ $REHEARSE == 1 ]]; then
+    BUILD=$ROOT/build-rehearse
+    RINGSTEP=$CPU_BUILD/ringstep
+    TESTBIN=$CPU_BUILD/tests/ringstep_tests
+    NICE=(nice -n 10)
+    JOBS=1
   else
-    row memcheck skip "compute-sanitizer absent (or rehearsal)"
+    BUILD=$ROOT/build-gpu
+    RINGSTEP=$BUILD/ringstep
+    TESTBIN=$BUILD/tests/ringstep_cuda_tests
+    NICE=()
+    JOBS=$(nproc)
   fi
+  BENCHBIN=$BUILD/bench/ringstep_cuda_bench
+  P=$DEPS/usr
+  LIB=$P/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH=$LIB:$LIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export OPAL_PREFIX=$P  # the relocated Open MPI finds its plugins and help files here
+  # `ringstep train` without mpirun is an MPI singleton; isolated, it starts no orted
+  # daemon (which needs ssh or rsh, absent on a bare machine).
+  export OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  # No .pc files: FindMPI would take a system Open MPI's or the unpacked one's (whose
+  # prefix=/usr is wrong); it takes the MPI_* hints of the configure stage instead.
+  export PKG_CONFIG_LIBDIR=$DEPS/no-pkgconfig PKG_CONFIG_PATH=
+  export PYTHONUNBUFFERED=1
+}
 
-  # --- 5. the trainer on cuda: tiny's losses against the CPU, GPT-2 124M's speed --------
-  if [[ $REHEARSE == 0 ]]; then
-    t=$(date +%s)
-    # tiny DEVICE: configs/tiny.yaml for 10 steps, each loss in steps.jsonl (a fixed peak:
-    # no SGEMM measurement on the CPU).
-    tiny() {
-      timeout 120 "$BUILD/ringstep" train configs/tiny.yaml --set run.device="$1" \
-        --set train.steps=10 --set profile.log_every=1 --set train.eval_every=0 \
-        --set train.eval_batches=1 --set 'profile.trace_steps=[]' --set run.overwrite=true \
-        --set profile.peak_gflops=100 --set run.out_dir="$LOGS/tiny_$1" >"$LOGS/tiny_$1.log" 2>&1
-    }
-    if tiny cpu && tiny cuda; then
-      cmp=$(python3 tools/gpu_check_report.py losses "$LOGS/tiny_cpu" "$LOGS/tiny_cuda" 1e-4)
-      row tiny_cuda_vs_cpu "${cmp%% *}" "${cmp#* } ($(elapsed $t))"
-    else
-      row tiny_cuda_vs_cpu FAIL "a run failed: see tiny_cpu.log, tiny_cuda.log"
-      tail -5 "$LOGS/tiny_cpu.log" "$LOGS/tiny_cuda.log"
-    fi
+# ===== inside one stage (a child process under timeout; stdout+stderr = logs/NAME.log) =====
 
-    t=$(date +%s)
-    timeout 240 "$BUILD/ringstep" train configs/gpt2-124m.yaml --set run.out_dir="$LOGS/gpt2" \
-      >"$LOGS/gpt2.log" 2>&1
+# result STATUS DETAIL: the stage's row. hl TEXT: a line printed under the row.
+result() { printf '%s\t%s\n' "$1" "$2" >"$WORK/result/$STAGE"; }
+hl() { printf '%s\n' "$*" >>"$WORK/highlights/$STAGE"; }
+# report CMD ARGS: gpu_check_report.py, the stage's numbers to metrics/STAGE.json; its
+# STATUS<TAB>DETAIL line becomes the row unless the caller adds to it.
+report() { "${REPORT[@]}" "$@" --metrics-out "$WORK/metrics/$STAGE.json"; }
+from_report() {  # from_report PREFIX CMD ARGS: the report's line as the row, PREFIX first
+  local prefix=$1 line st detail
+  shift
+  line=$(report "$@")
+  st=${line%%$'\t'*}
+  detail=${line#*$'\t'}
+  case $st in
+    ok | FAIL | WARN | skip) result "$st" "${prefix}${detail}" ;;
+    *) result FAIL "${prefix}gpu_check_report.py $1 gave no verdict: ${line:0:120}" ;;
+  esac
+}
+deb_extract() {  # dpkg -x, or ar + tar where dpkg is missing
+  if command -v dpkg >/dev/null; then dpkg -x "$1" "$2"; return; fi
+  local m
+  m=$(ar t "$1" | grep '^data\.tar') || return 1
+  case $m in
+    *.xz) ar p "$1" "$m" | tar -xJ -C "$2" ;;
+    *.zst) ar p "$1" "$m" | tar --zstd -x -C "$2" ;;
+    *.gz) ar p "$1" "$m" | tar -xz -C "$2" ;;
+    *) ar p "$1" "$m" | tar -x -C "$2" ;;
+  esac
+}
+# mem_start FILE / mem_stop: nvidia-smi's memory.used every 100 ms in the background (the
+# device has only our process on it); MEMBASE is the reading before.
+MEMPID='' MEMBASE=0
+mem_start() {
+  MEMFILE=$1
+  : >"$MEMFILE"
+  command -v nvidia-smi >/dev/null && [[ $REHEARSE == 0 ]] || return 0
+  MEMBASE=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 2>/dev/null | head -n 1)
+  [[ $MEMBASE =~ ^[0-9]+$ ]] || MEMBASE=0
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 >"$MEMFILE" 2>/dev/null &
+  MEMPID=$!
+}
+mem_stop() {
+  [[ -n $MEMPID ]] || return 0
+  kill "$MEMPID" 2>/dev/null
+  wait "$MEMPID" 2>/dev/null
+  MEMPID=''
+}
+
+stage_unpack() {
+  local debs=(gpu_deps/*.deb) n=0 bad=() f
+  if [[ ! -e ${debs[0]} ]]; then
+    result FAIL "no gpu_deps/*.deb: run tools/fetch_gpu_deps.sh here and carry gpu_deps"
+    return
+  fi
+  rm -rf "$DEPS" && mkdir -p "$DEPS/no-pkgconfig"
+  for f in "${debs[@]}"; do
+    if deb_extract "$f" "$DEPS"; then n=$((n + 1)); else bad+=("$(basename "$f")"); fi
+  done
+  if [[ ${#bad[@]} -gt 0 || ! -d $LIB ]]; then
+    result FAIL "$n of ${#debs[@]} .debs unpacked into $DEPS; failed: ${bad[*]:-none}"
+  else
+    result ok "${#debs[@]} .debs into $DEPS ($(du -sh "$DEPS" | cut -f1))"
+  fi
+}
+
+stage_configure() {
+  local gen=() leaks
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  mkdir -p "$BUILD" && rm -f "$BUILD/CMakeCache.txt"
+  "${NICE[@]}" cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DRINGSTEP_CUDA=ON -DRINGSTEP_BLAS=OFF -DCMAKE_PREFIX_PATH="$P" \
+    -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DRINGSTEP_CUDA_GENCODE="$GENCODE" \
+    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+    -DEigen3_DIR="$P/share/eigen3/cmake" -Dyaml-cpp_DIR="$LIB/cmake/yaml-cpp" \
+    -DGTest_DIR="$LIB/cmake/GTest" -Dnlohmann_json_DIR="$P/share/cmake/nlohmann_json" \
+    -DCLI11_DIR="$P/share/cmake/CLI11" \
+    -DXXHASH_INCLUDE_DIR="$P/include" -DXXHASH_LIBRARY="$LIB/libxxhash.so" \
+    -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_CXX_SKIP_MPICXX=ON \
+    -DMPI_CXX_HEADER_DIR="$LIB/openmpi/include" -DMPI_CXX_LIB_NAMES=mpi \
+    -DMPI_mpi_LIBRARY="$LIB/openmpi/lib/libmpi.so" -DMPIEXEC_EXECUTABLE="$P/bin/mpiexec" \
+    >"$WORK/logs/configure_cmake.log" 2>&1
+  local rc=$?
+  if [[ $rc -ne 0 ]]; then
+    result FAIL "cmake rc=$rc: $(grep -m1 -E 'CMake Error|error' "$WORK/logs/configure_cmake.log" | cut -c1-120)"
+    tail -n 15 "$WORK/logs/configure_cmake.log" | while read -r l; do hl "$l"; done
+    return
+  fi
+  # Every third-party dependency must resolve into $DEPS, never to a system copy.
+  leaks=$(grep -E '^(Eigen3_DIR|yaml-cpp_DIR|GTest_DIR|nlohmann_json_DIR|CLI11_DIR|XXHASH_[A-Z_]*|MPI_[a-z_]*_LIBRARY|MPI_CXX_[A-Z_]*(INCLUDE|HEADER|LINK)[A-Z_]*):' \
+    "$BUILD/CMakeCache.txt" | grep -E '/usr/(include|lib|share)' | grep -v "$DEPS" | tr '\n' ' ')
+  if [[ -n $leaks ]]; then
+    result FAIL "resolved outside $DEPS: $leaks"
+  else
+    local nvcc
+    nvcc=$(grep -ho 'CMAKE_CUDA_COMPILER_VERSION "[0-9.]*"' "$BUILD"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -n 1 | grep -o '[0-9.]*')
+    result ok "$(basename "$BUILD")/, nvcc ${nvcc:-?}, ${GENCODE#-gencode=}, $(grep -o 'CUDA backend [A-Z]*' "$WORK/logs/configure_cmake.log" | head -n 1); every dependency from $DEPS"
+  fi
+}
+
+# Third-party headers a build read from /usr/include (none may: they come from $DEPS).
+header_leaks() {
+  ninja -C "$BUILD" -t deps 2>/dev/null |
+    grep -E '^ +/usr/(include/(eigen3|yaml-cpp|nlohmann|CLI/|gtest|xxhash|x86_64-linux-gnu/openmpi|openmpi)|lib/x86_64-linux-gnu/openmpi)' |
+    sort -u | head -n 5 | tr -s ' \n' ' '
+}
+
+stage_build() {
+  local targets=(ringstep_cuda_tests ringstep ringstep_cuda_bench) keep=(-k 0) rc warn built=() missing=() t
+  [[ -f $BUILD/build.ninja ]] || keep=(-k)
+  if [[ $REHEARSE == 1 ]]; then
+    # No GPU here: compile the CUDA objects (sm_90a, the carried headers) and one object
+    # that reads yaml-cpp, check the three targets are in the graph, link nothing.
+    local objs graph
+    objs=$(ninja -C "$BUILD" -t targets all 2>/dev/null | cut -d: -f1 |
+      grep -E 'ringstep_core\.dir/core/(cuda/[^/]*\.cu|config\.cpp)\.o$' | tr '\n' ' ')
+    graph=$(ninja -C "$BUILD" -t targets all 2>/dev/null | cut -d: -f1)
+    for t in "${targets[@]}"; do grep -qx "$t" <<<"$graph" || missing+=("$t"); done
+    # shellcheck disable=SC2086
+    "${NICE[@]}" ninja -C "$BUILD" -j "$JOBS" $objs >"$WORK/logs/build_ninja.log" 2>&1
     rc=$?
-    if [[ $rc -eq 0 ]]; then
-      sp=$(python3 tools/gpu_check_report.py speed "$LOGS/gpt2")
-      row trainer_gpt2 ok "${sp%%|*} ($(elapsed $t))"
-      row trainer_phases ok "${sp#*|}"
+    warn=$(grep -c 'warning' "$WORK/logs/build_ninja.log")
+    local now hdr
+    now=$(grep -c '^\[[0-9]*/[0-9]*\] Building' "$WORK/logs/build_ninja.log")
+    hdr=$(header_leaks)
+    if [[ $rc -ne 0 ]]; then
+      result FAIL "rehearse: compiling $(wc -w <<<"$objs") objects failed (rc=$rc)"
+      grep -m10 -E 'error' "$WORK/logs/build_ninja.log" | while read -r l; do hl "$l"; done
+    elif [[ ${#missing[@]} -gt 0 || -n $hdr ]]; then
+      result FAIL "rehearse: targets not in the graph: ${missing[*]:-none}; headers from /usr/include: ${hdr:-none}"
     else
-      row trainer_gpt2 FAIL "rc=$rc, see gpt2.log"
-      tail -20 "$LOGS/gpt2.log"
+      result ok "(rehearse: no GPU) $(wc -w <<<"$objs") objects (the 6 .cu for sm_90a + config.cpp; $now compiled now), $warn warnings, no header from /usr/include; the 3 targets are in the graph, not linked"
     fi
+    return
   fi
+  local t0
+  t0=$(date +%s)
+  cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" -- "${keep[@]}" \
+    >"$WORK/logs/build_ninja.log" 2>&1
+  rc=$?
+  warn=$(grep -c 'warning' "$WORK/logs/build_ninja.log")
+  local bins=("$TESTBIN" "$RINGSTEP" "$BENCHBIN")
+  for t in "${bins[@]}"; do
+    if [[ -x $t && $(stat -c %Y "$t") -ge $((t0 - 1)) ]] || [[ -x $t && $rc -eq 0 ]]; then
+      built+=("$(basename "$t")")
+    else
+      missing+=("$(basename "$t")")
+    fi
+  done
+  # Shared libraries from outside the unpacked copy: on a bare machine these must be the
+  # system's own (libc, libstdc++, libgomp, ...) or CUDA's.
+  local outside='' b
+  for b in "${bins[@]}"; do
+    [[ -x $b ]] || continue
+    outside+=$(ldd "$b" 2>/dev/null | awk '/=>/ {print $3}' | grep -v "^$DEPS" |
+      grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libgomp|libpthread|libdl|librt|libz|libudev|libcap|libcuda|libcudart|libcublas|libcublasLt|libnvJitLink)\.so' | tr '\n' ' ')
+  done
+  outside=$(tr ' ' '\n' <<<"$outside" | sort -u | tr '\n' ' ' | sed 's/^ *//')
+  local hdr
+  hdr=$(header_leaks)
+  if [[ $rc -ne 0 ]]; then
+    result FAIL "rc=$rc; built: ${built[*]:-none}; NOT (re)built: ${missing[*]:-none}; $warn warnings"
+    grep -E 'error|FAILED:' "$WORK/logs/build_ninja.log" | head -n 15 | while read -r l; do hl "$l"; done
+  elif [[ -n $outside || -n $hdr ]]; then
+    result WARN "built ${built[*]}, $warn warnings; libraries not from $DEPS: ${outside:-none}; headers from /usr/include: ${hdr:-none}"
+  else
+    result ok "built ${built[*]} (-j $JOBS), $warn warnings; every non-system library and header from $DEPS"
+  fi
+}
 
-  # --- 6. benchmark: forward + backward of GPT-2 124M, bf16, on the GPU ---------------
-  if [[ $REHEARSE == 0 ]]; then
-    t=$(date +%s)
-    timeout 180 "$BUILD/bench/ringstep_cuda_bench" >"$LOGS/bench.log" 2>&1
-    rc=$?
-    row bench "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(grep -m1 '^RESULT' "$LOGS/bench.log" | cut -c8-) ($(elapsed $t))"
-    grep -v '^RESULT' "$LOGS/bench.log" | tail -20
-    if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-      t=$(date +%s)
-      timeout 180 python3 tools/torch_gpt2_bench.py >"$LOGS/torch.log" 2>&1
-      rc=$?
-      row torch_eager "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(grep -m1 '^RESULT' "$LOGS/torch.log" | cut -c8-) ($(elapsed $t))"
-      [[ $rc -ne 0 ]] && tail -20 "$LOGS/torch.log"
-      # The whole training step, AdamW included, as the trainer's tokens/s counts it.
-      t=$(date +%s)
-      timeout 180 python3 tools/torch_gpt2_bench.py 16 10 adamw >"$LOGS/torch_adamw.log" 2>&1
-      rc=$?
-      row torch_eager_adamw "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(grep -m1 '^RESULT' "$LOGS/torch_adamw.log" | cut -c8-) ($(elapsed $t))"
-      [[ $rc -ne 0 ]] && tail -20 "$LOGS/torch_adamw.log"
-      if [[ -f $LOGS/gpt2/summary.json && $rc -eq 0 ]]; then
-        vs=$(python3 tools/gpu_check_report.py versus "$LOGS/gpt2" "$LOGS/torch_adamw.log")
-        row trainer_vs_torch "${vs%% *}" "${vs#* }"
-      fi
-    fi
+stage_cuda_tests() {
+  local xml=$WORK/logs/cuda_tests.xml log=$WORK/logs/cuda_tests_gtest.log prefix='' args=()
+  rm -f "$xml"
+  if [[ $REHEARSE == 1 ]]; then
+    prefix="(rehearse: no GPU; the CPU twins) "
+    args=(--gtest_filter="$REHEARSE_TEST_FILTER")
   fi
+  "${NICE[@]}" "$TESTBIN" "${args[@]}" --gtest_output="xml:$xml" >"$log" 2>&1
+  local rc=$?
+  from_report "$prefix" gtest "$log" "$xml"
+  # Every failing test with its first message lines, under the row.
+  "${PY[@]}" -c '
+import json, sys
+m = json.load(open(sys.argv[1]))
+for f in m.get("failed_tests", [])[:15]:
+    print(f"FAILED {f[\"test\"]}: {f[\"message\"][:200]}")
+if len(m.get("failed_tests", [])) > 15: print("... more in results.json")
+' "$WORK/metrics/$STAGE.json" 2>/dev/null | while read -r l; do hl "$l"; done
+  if [[ $rc -ne 0 && $(cut -f1 "$WORK/result/$STAGE") == ok ]]; then
+    result FAIL "${prefix}gtest rc=$rc though no test failed (a crash after the last test?)"
+  fi
+  # On the GPU, a run where nothing passed (every test skipped: no device seen) fails.
+  if [[ $REHEARSE == 0 && $(cut -f1 "$WORK/result/$STAGE") == ok ]] &&
+    "${PY[@]}" -c 'import json,sys; sys.exit(1 if json.load(open(sys.argv[1]))["passed"] else 0)' "$WORK/metrics/$STAGE.json"; then
+    result FAIL "no CUDA test ran: $(cut -f2 "$WORK/result/$STAGE")"
+  fi
+}
+
+stage_memcheck() {
+  local cs
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [[ $REHEARSE == 1 ]]; then
+    result skip "(rehearse: no GPU) compute-sanitizer ${cs:-not here}"
+    return
+  fi
+  if [[ -z $cs ]]; then
+    result skip "(compute-sanitizer not found) not on PATH nor in /usr/local/cuda/bin"
+    return
+  fi
+  "$cs" --tool memcheck --error-exitcode 9 --print-limit 20 \
+    "$TESTBIN" --gtest_filter="$MEMCHECK_FILTER" >"$WORK/logs/memcheck_sanitizer.log" 2>&1
+  local rc=$?
+  from_report "" memcheck "$WORK/logs/memcheck_sanitizer.log" "$rc"
+  if [[ $(cut -f1 "$WORK/result/$STAGE") != ok ]]; then
+    grep -E '^========= (Invalid|Program hit|Error|  at )|ERROR SUMMARY|not supported|^\[  FAILED' \
+      "$WORK/logs/memcheck_sanitizer.log" | head -n 12 | while read -r l; do hl "$l"; done
+  fi
+}
+
+# tiny_run LABEL DEVICE: configs/tiny.yaml for 10 steps, each loss in steps.jsonl (a fixed
+# peak: no SGEMM measurement on the CPU; one evaluation batch at the end).
+tiny_run() {
+  "${NICE[@]}" "$RINGSTEP" train "$TINY_CONFIG" --set run.device="$2" --set train.steps=10 \
+    --set profile.log_every=1 --set train.eval_every=0 --set train.eval_batches=1 \
+    --set 'profile.trace_steps=[]' --set run.overwrite=true --set profile.peak_gflops=100 \
+    --set run.out_dir="$WORK/runs/tiny_$1" >"$WORK/logs/tiny_$1.log" 2>&1
+}
+
+stage_tiny() {
+  local other=cuda prefix=''
+  if [[ $REHEARSE == 1 ]]; then other=cpu prefix='(rehearse: cpu vs cpu) '; fi
+  rm -rf "$WORK/runs/tiny_cpu" "$WORK/runs/tiny_cuda"
+  tiny_run cpu cpu
+  local rc1=$?
+  tiny_run cuda "$other"
+  local rc2=$?
+  if [[ $rc1 -ne 0 || $rc2 -ne 0 ]]; then
+    result FAIL "${prefix}ringstep train $TINY_CONFIG: cpu rc=$rc1, cuda rc=$rc2"
+    tail -n 4 "$WORK/logs/tiny_cpu.log" "$WORK/logs/tiny_cuda.log" | while read -r l; do hl "$l"; done
+    return
+  fi
+  from_report "$prefix" losses "$WORK/runs/tiny_cpu" "$WORK/runs/tiny_cuda" "$TINY_TOL"
+}
+
+stage_gpt2() {
+  local extra=() prefix=''
+  if [[ $REHEARSE == 1 ]]; then
+    # The same config file on the CPU, shrunk: its keys, bf16 and the parsing are exercised.
+    prefix='(rehearse: cpu, shrunk gpt2 config) '
+    extra=(--set run.device=cpu --set model.vocab_size=256 --set model.seq_len=64
+      --set model.d_model=64 --set model.n_layers=2 --set model.n_heads=2
+      --set train.micro_batch=2 --set profile.peak_gflops=1000)
+  fi
+  local steps=$GPT2_STEPS
+  [[ $REHEARSE == 1 ]] && steps=6
+  rm -rf "$WORK/runs/gpt2"
+  mem_start "$WORK/logs/gpt2_mem.txt"
+  "${NICE[@]}" "$RINGSTEP" train "$GPT2_CONFIG" --set run.out_dir="$WORK/runs/gpt2" \
+    --set train.steps="$steps" --set run.overwrite=true "${extra[@]}" \
+    >"$WORK/logs/gpt2_train.log" 2>&1
+  local rc=$?
+  mem_stop
+  if [[ $rc -ne 0 ]]; then
+    result FAIL "${prefix}ringstep train $GPT2_CONFIG rc=$rc"
+    tail -n 8 "$WORK/logs/gpt2_train.log" | while read -r l; do hl "$l"; done
+    return
+  fi
+  from_report "$prefix" speed "$WORK/runs/gpt2" "$WORK/logs/gpt2_train.log" \
+    "$WORK/logs/gpt2_mem.txt" "$MEMBASE"
+}
+
+stage_cuda_bench() {
+  if [[ $REHEARSE == 1 ]]; then
+    result skip "(rehearse: no GPU) ringstep_cuda_bench needs a device"
+    return
+  fi
+  "$BENCHBIN" 16 5 bf16 >"$WORK/logs/cuda_bench_run.log" 2>&1
+  local rc=$?
+  from_report "" bench "$WORK/logs/cuda_bench_run.log"
+  if [[ $rc -ne 0 ]]; then
+    result FAIL "rc=$rc: $(tail -n 1 "$WORK/logs/cuda_bench_run.log" | cut -c1-150)"
+  fi
+}
+
+# torch_run LABEL ARGS: tools/torch_gpt2_bench.py, GPT-2 124M B 16 (a tiny model on the CPU
+# in the rehearsal); exit 3 = no torch or no device.
+torch_run() {
+  local label=$1 prefix=''
+  shift
+  local args=(16 "$@")
+  if [[ $REHEARSE == 1 ]]; then
+    args=(2 "${@:1:1}" "${@:2}" --device cpu --tiny)
+    prefix='(rehearse: cpu, tiny model) '
+  fi
+  mem_start "$WORK/logs/${label}_mem.txt"
+  "${NICE[@]}" "${PY[@]}" "$ROOT/tools/torch_gpt2_bench.py" "${args[@]}" >"$WORK/logs/${label}_run.log" 2>&1
+  local rc=$?
+  mem_stop
+  if [[ $rc -eq 3 ]]; then
+    local why
+    why=$(grep -m1 '^RESULT skipped:' "$WORK/logs/${label}_run.log" | cut -d: -f2- | sed 's/^ //')
+    if [[ $REHEARSE == 1 ]]; then result skip "(rehearse: no torch) $why"; else result skip "($why)"; fi
+    return
+  fi
+  if [[ $rc -ne 0 ]]; then
+    result FAIL "${prefix}rc=$rc: $(grep -v '^\[' "$WORK/logs/${label}_run.log" | tail -n 1 | cut -c1-150)"
+    tail -n 8 "$WORK/logs/${label}_run.log" | while read -r l; do hl "$l"; done
+    return
+  fi
+  from_report "$prefix" torch "$WORK/logs/${label}_run.log" "$WORK/logs/${label}_mem.txt" "$MEMBASE"
+}
+stage_torch_eager() { torch_run torch_eager 10 adamw --warmup 2; }
+stage_torch_compile() {
+  local steps=8
+  [[ $REHEARSE == 1 ]] && steps=3
+  torch_run torch_compile "$steps" adamw --compile "$COMPILE_MODE" --warmup 3
+}
+
+stage_compare() {
+  local prefix=''
+  [[ $REHEARSE == 1 ]] && prefix='(rehearse: CPU stand-ins, not a measurement) '
+  from_report "$prefix" compare "$WORK/metrics"
+}
+
+# ===== the driver ============================================================================
+
+if [[ ${1:-} == --stage ]]; then  # the child: one stage, its result in $WORK/result/NAME
+  STAGE=$2
+  setup_paths
+  "stage_$STAGE"
+  exit 0
 fi
 
-# --- the table (last, so the run tool's output tail shows it) ------------------------
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
-echo "== ringstep gpu_check ($(elapsed $START) total) =="
-for r in "${ROWS[@]}"; do echo "$r"; done
+usage() {
+  sed -n '2,/^set -uo/p' "$SELF" | sed '$d' | sed 's/^# \{0,1\}//'
+  exit "${1:-0}"
+}
+ONLY='' LIST=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --rehearse) REHEARSE=1 ;;
+    --only) ONLY=${2:-}; shift ;;
+    --only=*) ONLY=${1#--only=} ;;
+    --list) LIST=1 ;;
+    -h | --help) usage 0 ;;
+    *) echo "gpu_check: unknown argument '$1' (--rehearse, --only A,B, --list)" >&2; exit 2 ;;
+  esac
+  shift
+done
+export GPU_CHECK_REHEARSE=$REHEARSE GPU_CHECK_WORK=$WORK GPU_CHECK_DEPS=$DEPS
+
+SUM=0
+for b in "${BUDGETS[@]}"; do SUM=$((SUM + b)); done
+TOTAL=${GPU_CHECK_BUDGET:-$BUDGET_LIMIT}   # the overall budget; lower it to test `skip (budget)`
+if [[ $SUM -gt $BUDGET_LIMIT ]]; then
+  echo "gpu_check: stage budgets add up to ${SUM} s, over the ${BUDGET_LIMIT} s limit" >&2
+  exit 2
+fi
+if ! [[ $TOTAL =~ ^[0-9]+$ ]] || [[ $TOTAL -gt $BUDGET_LIMIT ]]; then
+  echo "gpu_check: GPU_CHECK_BUDGET=$TOTAL: a whole number of seconds <= $BUDGET_LIMIT" >&2
+  exit 2
+fi
+
+if [[ $LIST == 1 ]]; then
+  printf '%-14s %6s  %-9s %s\n' stage budget needs what
+  for i in "${!NAMES[@]}"; do
+    printf '%-14s %5ss  %-9s %s\n' "${NAMES[$i]}" "${BUDGETS[$i]}" "${NEEDS[$i]}" "${WHAT[$i]}"
+  done
+  printf '%-14s %5ss  (limit %s s)\n' total "$SUM" "$BUDGET_LIMIT"
+  exit 0
+fi
+
+SELECTED=()
+if [[ -n $ONLY ]]; then
+  IFS=, read -ra want <<<"$ONLY"
+  for w in "${want[@]}"; do
+    [[ " ${NAMES[*]} " == *" $w "* ]] || { echo "gpu_check: no stage '$w' (stages: ${NAMES[*]})" >&2; exit 2; }
+  done
+  for n in "${NAMES[@]}"; do [[ ",$ONLY," == *",$n,"* ]] && SELECTED+=("$n"); done
+else
+  SELECTED=("${NAMES[@]}")
+fi
+
+setup_paths
+mkdir -p "$WORK" "$OUTDIR"
+if [[ -z $ONLY ]]; then rm -rf "$WORK/logs" "$WORK/runs" "$WORK/metrics"; fi
+rm -rf "$WORK/result" "$WORK/highlights"
+mkdir -p "$WORK/logs" "$WORK/runs" "$WORK/metrics" "$WORK/result" "$WORK/highlights"
+rm -f "$WORK/results.jsonl" "$WORK/table.txt" "$OUTDIR/table.txt" "$OUTDIR/results.json" \
+  "$OUTDIR/logs.tar.gz"
+MODE=gpu
+[[ $REHEARSE == 1 ]] && MODE=rehearse
+GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
+[[ -n $GPU ]] || GPU="none visible (nvidia-smi: $(command -v nvidia-smi >/dev/null && echo 'no answer' || echo absent))"
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+META=$WORK/meta.json
+"${REPORT[@]}" init "$META" "$MODE" "$TOTAL" "$GPU" "$COMMIT" "$(IFS=,; echo "${SELECTED[*]}")"
+START=$(date +%s)
+
+HEADER=$(printf '%-14s %-6s %6s  %s' stage status secs detail)
+echo "gpu_check: mode $MODE, gpu: $GPU, commit $COMMIT"
+echo "gpu_check: stages ${SELECTED[*]}; budget $TOTAL s (table $SUM s); OUT=$OUTDIR WORK=$WORK"
+[[ $MODE == gpu && $GPU == none* ]] && echo "gpu_check: WARNING: no GPU visible; for a run without one use --rehearse"
+echo "$HEADER" | tee "$WORK/table.txt" >"$OUTDIR/table.txt"
+
+tarball() {  # every log so far; rewritten after each stage
+  tar -czf "$OUTDIR/logs.tar.gz.tmp" -C "$WORK" --exclude='checkpoints' --exclude='*.bin' \
+    logs runs metrics results.jsonl table.txt meta.json 2>/dev/null
+  mv -f "$OUTDIR/logs.tar.gz.tmp" "$OUTDIR/logs.tar.gz"
+}
+tarball  # from the start: a call stopped in the first stage still brings back a valid one
+# row NAME STATUS SECONDS BUDGET DETAIL: print it, append it, results.json, tarball.
+ANY_FAIL=0
+row() {
+  local line detail=$5
+  [[ ${#detail} -gt 170 ]] && detail="${detail:0:167}..."
+  line=$(printf '%-14s %-6s %6s  %s' "$1" "$2" "$3" "$detail")
+  echo "$line"
+  echo "$line" >>"$WORK/table.txt"
+  echo "$line" >>"$OUTDIR/table.txt"
+  "${REPORT[@]}" record "$META" "$WORK/results.jsonl" "$OUTDIR/results.json" "$1" "$2" "$3" "$4" \
+    "$5" "$WORK/metrics/$1.json"
+  [[ $2 == FAIL ]] && ANY_FAIL=1
+  tarball
+}
+# What a stage needs that an earlier stage (or call) makes: nothing when it is there, else
+# "REASON<TAB>DETAIL" for a `skip (REASON) DETAIL` row.
+missing_input() {
+  local t=$'\t'
+  case $1 in
+    debs) compgen -G 'gpu_deps/*.deb' >/dev/null || echo "no gpu_deps${t}run tools/fetch_gpu_deps.sh here, carry gpu_deps" ;;
+    deps) [[ -d $LIB ]] || echo "needs unpack${t}$DEPS is empty" ;;
+    cache) [[ -f $BUILD/CMakeCache.txt ]] || echo "needs configure${t}no $BUILD/CMakeCache.txt" ;;
+    testbin)
+      if [[ $REHEARSE == 1 ]]; then
+        [[ -x $TESTBIN ]] || echo "rehearse: no GPU${t}and no CPU test binary $TESTBIN to stand in"
+      else
+        [[ -d $LIB ]] || echo "needs unpack${t}$DEPS is empty"
+        [[ -x $TESTBIN ]] || echo "needs build${t}$TESTBIN missing"
+      fi ;;
+    ringstep)
+      [[ -d $LIB ]] || echo "needs unpack${t}$DEPS is empty"
+      if [[ ! -x $RINGSTEP && $REHEARSE == 1 ]]; then
+        echo "rehearse: needs a CPU build${t}$RINGSTEP missing: cmake --build build --target ringstep"
+      elif [[ ! -x $RINGSTEP ]]; then
+        echo "needs build${t}$RINGSTEP missing"
+      fi ;;
+    benchbin)
+      [[ $REHEARSE == 1 ]] && return
+      [[ -x $BENCHBIN ]] || echo "needs build${t}$BENCHBIN missing" ;;
+  esac
+}
+
+# Stopped from outside (the device tool's limit, ^C): end the running stage too (timeout
+# passes the signal on to its process group); results.json still names it as running.
+STAGE_PID='' CURRENT=''
+on_signal() {
+  [[ -n $STAGE_PID ]] && kill -TERM "$STAGE_PID" 2>/dev/null
+  echo "gpu_check: stopped from outside during stage '${CURRENT:-none}'; results.json and logs.tar.gz hold the stages before it"
+  exit 143
+}
+trap on_signal TERM INT HUP
+
+for name in "${SELECTED[@]}"; do
+  for i in "${!NAMES[@]}"; do [[ ${NAMES[$i]} == "$name" ]] && break; done
+  budget=${BUDGETS[$i]}
+  left=$((TOTAL - ($(date +%s) - START)))
+  minimum=$((budget < 5 ? budget : 5))
+  if [[ $left -lt $minimum ]]; then
+    row "$name" skip 0.0 "$budget" "(budget) $((left > 0 ? left : 0)) s left of the overall ${TOTAL} s ($(($(date +%s) - START)) s elapsed); this stage's budget is ${budget} s"
+    continue
+  fi
+  why=$(missing_input "${NEEDS[$i]}" | head -n 1)
+  if [[ -n $why ]]; then
+    row "$name" skip 0.0 "$budget" "(${why%%$'\t'*}) ${why#*$'\t'}"
+    continue
+  fi
+  tmo=$((budget < left ? budget : left))
+  "${REPORT[@]}" running "$META" "$WORK/results.jsonl" "$OUTDIR/results.json" "$name" "$budget"
+  rm -f "$WORK/result/$name" "$WORK/highlights/$name" "$WORK/metrics/$name.json"
+  t0=$(date +%s%N)
+  CURRENT=$name
+  timeout -k 3 "$tmo" bash "$SELF" --stage "$name" >"$WORK/logs/$name.log" 2>&1 &
+  STAGE_PID=$!
+  wait "$STAGE_PID"
+  rc=$?
+  STAGE_PID=
+  secs=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    st=FAIL
+    detail="timeout after ${tmo} s (budget ${budget} s)"
+    [[ -s $WORK/result/$name ]] && detail+="; had: $(cut -f2 "$WORK/result/$name")"
+    tail -n 5 "$WORK/logs/$name.log" >>"$WORK/highlights/$name" 2>/dev/null
+  elif [[ -s $WORK/result/$name ]]; then
+    IFS=$'\t' read -r st detail <"$WORK/result/$name"
+  else
+    st=FAIL
+    detail="the stage died (rc=$rc) without a result; see logs/$name.log"
+    tail -n 5 "$WORK/logs/$name.log" >>"$WORK/highlights/$name" 2>/dev/null
+  fi
+  row "$name" "$st" "$secs" "$budget" "$detail"
+  if [[ -s $WORK/highlights/$name ]]; then
+    head -n 20 "$WORK/highlights/$name" | cut -c1-200 | sed 's/^/    | /'
+  fi
+done
+
+# The files the device tool brings back: at most MAX_OUT_FILES, flat, plain names.
+chk=$("${REPORT[@]}" outfiles "$OUTDIR" "$MAX_OUT_FILES")
+chk_status=${chk%%$'\t'*}
+[[ $chk_status == FAIL ]] && ANY_FAIL=1
+
+echo
+echo "== ringstep gpu_check: mode $MODE, $(($(date +%s) - START)) s of $TOTAL s; gpu: $GPU; commit $COMMIT =="
+cat "$WORK/table.txt"
+echo "out: $chk_status ${chk#*$'\t'}"
+echo "full details: $OUTDIR/results.json; logs: $OUTDIR/logs.tar.gz"
+exit $ANY_FAIL
