@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Downloads (does not install) the Debian packages that ringstep's CMake needs and a bare
-# GPU machine lacks, into gpu_deps/ (gitignored, ~15 MB). tools/gpu_check.sh unpacks them
+# GPU machine lacks, into gpu_deps/ (gitignored, ~20 MB). tools/gpu_check.sh unpacks them
 # there with dpkg -x and points CMake at the copy. Run here, on the Debian build machine,
 # before a `run` that carries gpu_deps. docs/gpu.md.
 set -euo pipefail
