@@ -388,22 +388,22 @@ def compare(metrics_dir):
     a = ours.get("alloc_total_mib")
     if a:
         metrics["ringstep_alloc_mib"] = a
-        mem.append(f"ringstep {a / 1024:.2f}")
+        mem.append(f"ringstep {size(a)}")
     for label, t in (("eager", eager), ("compile", comp)):
         if t and t.get("max_memory_allocated_mib") is not None:
             metrics[f"{label}_max_memory_allocated_mib"] = t["max_memory_allocated_mib"]
-            mem.append(f"{label} {t['max_memory_allocated_mib'] / 1024:.2f}")
+            mem.append(f"{label} {size(t['max_memory_allocated_mib'])}")
             if a:
                 metrics[f"mem_vs_{label}"] = round(a / max(t["max_memory_allocated_mib"], 1e-9), 4)
-    smi = [f"{k} {m['smi_peak_mib'] / 1024:.2f}" for k, m in
+    smi = [f"{k} {size(m['smi_peak_mib'])}" for k, m in
            (("ringstep", ours), ("eager", eager), ("compile", comp)) if m and "smi_peak_mib" in m]
     for k, m in (("ringstep", ours), ("eager", eager), ("compile", comp)):
         if m and "smi_peak_mib" in m:
             metrics[f"{k}_smi_peak_mib"] = m["smi_peak_mib"]
     if mem:
-        parts.append("alloc GiB: " + ", ".join(mem))
+        parts.append("alloc: " + ", ".join(mem))
     if smi:
-        parts.append("smi GiB: " + ", ".join(smi))
+        parts.append("smi peak: " + ", ".join(smi))
     metrics["below_target"] = below
     status = "WARN" if below else "ok"
     if not eager and not comp:
