@@ -16,6 +16,7 @@ bookkeeping commands keep $OUT/results.json current after every stage.
   torch LOG [MEMFILE MEMBASE]                        tools/torch_gpt2_bench.py's RESULT line
   compare METRICS_DIR                                ringstep vs PyTorch eager and compile
   outfiles DIR MAX                                   the files the device tool brings back
+  failures METRICS MOST                              a gtest row's failed tests, one a line
 """
 import json
 import os
@@ -440,6 +441,16 @@ def outfiles(d, most):
     return out("ok", detail, metrics)
 
 
+def failures(metrics_file, most):
+    """The failed tests of a gtest row, one line each (printed under the row)."""
+    with open(metrics_file) as f:
+        failed = json.load(f).get("failed_tests", [])
+    for t in failed[:int(most)]:
+        print(f"FAILED {t['test']}: {t['message'][:200]}")
+    if len(failed) > int(most):
+        print(f"... {len(failed) - int(most)} more in results.json")
+
+
 COMMANDS = {"gtest": gtest, "memcheck": memcheck, "losses": losses, "speed": speed,
             "bench": bench, "torch": torch_result, "compare": compare, "outfiles": outfiles}
 
@@ -457,6 +468,8 @@ def main(argv):
         return running(*args)
     if cmd == "record":
         return record(*args)
+    if cmd == "failures":
+        return failures(*args)
     try:
         status, detail, metrics = COMMANDS[cmd](*args)
     except Exception as e:  # a parser bug must still give the row a status

@@ -40,7 +40,7 @@ try:
     import torch.nn as nn
     import torch.nn.functional as F
 except ImportError as e:  # the rehearsal machine may have no torch
-    skip(f"torch not importable ({e})")
+    skip(f"torch not importable: {e}")
 
 FULL = dict(V=50257, T=1024, C=768, L=12, NH=12)
 TINY = dict(V=256, T=64, C=64, L=2, NH=2)
