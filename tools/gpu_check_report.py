@@ -288,6 +288,9 @@ def speed(run, log, memfile="", membase="0"):
         "mem_bytes_last_record": mem, "allocations_mib": header,
         "alloc_total_mib": alloc_mib, "precision": s.get("precision"),
     }
+    # Not written by the trainer yet: the device's own peak, should summary.json gain it.
+    if s.get("device_mem_peak_bytes"):
+        metrics["device_mem_peak_mib"] = s["device_mem_peak_bytes"] / MIB
     sm = mem_samples(memfile, membase)
     if sm:
         metrics.update(sm)
@@ -297,6 +300,8 @@ def speed(run, log, memfile="", membase="0"):
              "comm_exposed": "comm", "other": "other"}
     phases = " ".join(f"{short[p]} {med[p]:.1f}" for p in PHASES)
     memtxt = f"alloc {size(alloc_mib)}" if alloc_mib else "alloc ?"
+    if "device_mem_peak_mib" in metrics:
+        memtxt += f", device peak {size(metrics['device_mem_peak_mib'])}"
     if sm:
         memtxt += f", smi peak {size(sm['smi_peak_mib'])}"
     detail = (f"{s.get('tokens_per_s', 0):.0f} tok/s, MFU {100 * mfu:.1f}% of {peak:.1f} "
