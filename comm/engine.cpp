@@ -16,7 +16,7 @@ namespace ringstep {
 struct CommEngine::Task final : CommRequest {
   CollectiveDesc desc;
   std::function<void(Communicator&)> fn;
-  int64_t start_ns = 0;
+  int64_t queued_ns = 0, start_ns = 0;
 
   bool test() override {
     if (!done.load(std::memory_order_acquire)) return false;
@@ -65,6 +65,7 @@ CommHandle CommEngine::enqueue(const CollectiveDesc& desc, std::function<void(Co
   auto task = std::make_shared<Task>();
   task->desc = desc;
   task->fn = std::move(fn);
+  task->queued_ns = steady_now_ns();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) throw CommError("CommEngine: enqueue after shutdown");
@@ -132,7 +133,8 @@ void CommEngine::run() {
       if (error && !failure_) failure_ = error;
       if (!error) {
         const CollectiveDesc& d = task->desc;
-        spans_.push_back({d.op, d.tag, task->start_ns, end_ns, d.count * dtype_size(d.dtype)});
+        spans_.push_back({d.op, d.tag, task->queued_ns, task->start_ns, end_ns,
+                          d.count * dtype_size(d.dtype)});
       }
       --unfinished_;
     }

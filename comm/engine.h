@@ -38,7 +38,8 @@ namespace ringstep {
 struct CommSpan {
   std::string op;        // "allreduce", ...
   uint64_t tag = 0;      // the caller's id (e.g. the bucket index)
-  int64_t start_ns = 0;  // steady_clock, since its epoch
+  int64_t queued_ns = 0;  // handed to the engine (steady_clock, since its epoch)
+  int64_t start_ns = 0;   // the engine began it
   int64_t end_ns = 0;
   size_t bytes = 0;  // this rank's buffer size
 };

@@ -99,8 +99,12 @@ void GradSync::enqueue_bucket(size_t b) {
 
 std::function<void(int)> GradSync::layer_hook() {
   if (world_ <= 1 || !cfg_.overlap || device_grads_) return nullptr;
+  // The embeddings (layer -1) finish as backward ends: their bucket is queued by finish() or
+  // wait_sign_sent(), so that it counts as in flight inside the step's wait, where the
+  // engine thread's start-up takes the core, and never inside backward's time.
   return [this](int layer) {
-    const int unit = layer >= 0 ? n_layers_ - 1 - layer : n_layers_;
+    if (layer < 0) return;
+    const int unit = n_layers_ - 1 - layer;
     const size_t b = size_t(bucket_of_unit_[unit]);
     if (buckets_[b].last_unit != unit) return;
     if (sign_.active)
@@ -110,40 +114,55 @@ std::function<void(int)> GradSync::layer_hook() {
   };
 }
 
+template <class F>
+void GradSync::waiting(F&& f) {
+  const int64_t t0 = steady_now_ns();
+  f();
+  waits_.push_back({t0, steady_now_ns()});
+}
+
+// Copies gradients between the device and the staging buffer, as a span of the step's
+// communication (op "stage", no payload bytes).
+void GradSync::stage(FlatBuffer& dst, const FlatBuffer& src) {
+  const int64_t t0 = steady_now_ns();
+  copy_buffer(dst, src);
+  staged_spans_.push_back({"stage", 0, t0, t0, steady_now_ns(), 0});
+}
+
 GradSync::Result GradSync::finish() {
-  Result r;
-  if (world_ <= 1) return r;
-  const auto t0 = SteadyClock::now();
-  if (device_grads_) copy_buffer(staging_, *device_grads_);
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    if (!pending_[b]->enqueued) enqueue_bucket(b);
-  for (auto& p : pending_) {
-    p->handle.wait();
-    p->enqueued = false;
-  }
-  if (device_grads_) copy_buffer(*device_grads_, staging_);
-  r = collect_spans(ms_since(t0));
+  if (world_ <= 1) return {};
+  waiting([&] {
+    if (device_grads_) stage(staging_, *device_grads_);
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (!pending_[b]->enqueued) enqueue_bucket(b);
+    for (auto& p : pending_) {
+      p->handle.wait();
+      p->enqueued = false;
+    }
+    if (device_grads_) stage(*device_grads_, staging_);
+  });
+  Result r = collect_spans();
   r.sent_bytes = size_t(double(r.bytes) * 2.0 * (world_ - 1) / world_);
   return r;
 }
 
-GradSync::Result GradSync::collect_spans(double exposed_ms) {
+GradSync::Result GradSync::collect_spans() {
   Result r;
-  r.exposed_ms = exposed_ms;
-  // In flight = the union of the collectives' spans (they run one at a time, in order).
-  int64_t covered_end = 0;
-  double in_flight_ns = 0;
-  std::vector<CommSpan> spans = std::move(kept_spans_);
+  r.spans = std::move(kept_spans_);
   kept_spans_.clear();
-  for (CommSpan& s : engine_->drain_spans()) spans.push_back(std::move(s));
-  for (CommSpan& s : spans) {
-    const int64_t start = std::max(s.start_ns, covered_end);
-    if (s.end_ns > start) in_flight_ns += double(s.end_ns - start);
-    covered_end = std::max(covered_end, s.end_ns);
+  for (CommSpan& s : engine_->drain_spans()) r.spans.push_back(std::move(s));
+  for (CommSpan& s : staged_spans_) r.spans.push_back(std::move(s));
+  staged_spans_.clear();
+  std::stable_sort(r.spans.begin(), r.spans.end(),
+                   [](const CommSpan& a, const CommSpan& b) { return a.queued_ns < b.queued_ns; });
+  std::vector<Interval> in_flight;
+  for (const CommSpan& s : r.spans) {
+    in_flight.push_back({s.queued_ns, s.end_ns});
     r.bytes += s.bytes;
-    r.spans.push_back(s);
   }
-  r.comm_ms = in_flight_ns / 1e6;
+  r.comm_ms = double(covered_ns(in_flight)) / 1e6;
+  r.exposed_ms = double(overlap_ns(in_flight, waits_)) / 1e6;
+  waits_.clear();
   return r;
 }
 
@@ -186,10 +205,11 @@ void GradSync::start_sign_bucket(size_t b) {
 
 void GradSync::wait_sign_sent() {
   if (!sign_.active || world_ == 1) return;
-  const auto t0 = SteadyClock::now();
-  for (auto& p : pending_)
-    if (p->enqueued) p->handle.wait();
-  exchange_wait_ms_ += ms_since(t0);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (!pending_[b]->enqueued) start_sign_bucket(b);
+  waiting([&] {
+    for (auto& p : pending_) p->handle.wait();
+  });
 }
 
 SignExchange GradSync::finish_sign_average(const Part& finish) {
@@ -205,10 +225,8 @@ SignExchange GradSync::finish_sign_average(const Part& finish) {
   // Each bucket is decoded and finished here while the engine exchanges the later ones.
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& k = buckets_[b];
-    const auto t0 = SteadyClock::now();
-    pending_[b]->handle.wait();
+    waiting([&] { pending_[b]->handle.wait(); });
     pending_[b]->enqueued = false;
-    exchange_wait_ms_ += ms_since(t0);
     sign_calls_[b].decode(sign_.buf + k.begin);
     if (finish) finish(k.begin, k.end);
   }
@@ -218,9 +236,8 @@ SignExchange GradSync::finish_sign_average(const Part& finish) {
 
 GradSync::Result GradSync::take_exchange() {
   Result r;
-  if (world_ > 1) r = collect_spans(exchange_wait_ms_);
+  if (world_ > 1) r = collect_spans();
   r.sent_bytes = exchange_sent_bytes_;
-  exchange_wait_ms_ = 0;
   exchange_sent_bytes_ = 0;
   return r;
 }

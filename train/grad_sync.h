@@ -22,6 +22,7 @@
 #include "comm/engine.h"
 #include "comm/sign_allreduce.h"
 #include "core/config.h"
+#include "core/intervals.h"
 #include "core/profiler.h"
 #include "core/registry.h"
 #include "optim/reducer.h"
@@ -61,9 +62,13 @@ class GradSync final : public Reducer {
   };
   // sign_average() runs bucket b as op "sign_allreduce" with tag b (its own (op, tag) pairs).
 
+  // A step's communication. A collective is in flight from the moment it is handed to the
+  // engine (queued) until the engine has finished it; exposed is the part of the training
+  // thread's waits during which one was in flight (core/intervals.h), so exposed <= comm
+  // always. The rest of a wait (the waiter's wake-up after the last one ends) is `other`.
   struct Result {
     double comm_ms = 0;           // time collectives were in flight (union of their spans)
-    double exposed_ms = 0;        // time the training thread waited on them
+    double exposed_ms = 0;        // time the training thread waited while one was in flight
     size_t bytes = 0;             // payload bytes reduced this step on this rank
     size_t sent_bytes = 0;        // bytes this rank put on the links: 2(N-1)/N x bytes for an
                                   // fp32 AllReduce (the ring's volume), exact for sign_average
@@ -110,8 +115,9 @@ class GradSync final : public Reducer {
   void begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
                           const SignCode& code, Part prepare) override;
   SignExchange finish_sign_average(const Part& finish) override;
-  // Between begin and finish: waits for the buckets started so far, timed as the exchange's
-  // wait, so that the bookkeeping collectives queued next do not wait behind them.
+  // Between begin and finish: starts the buckets the layer hook has not, and waits for every
+  // bucket, timed as the exchange's wait, so that the bookkeeping collectives queued next do
+  // not wait behind them.
   void wait_sign_sent();
   // The communication of the sign_average calls since the last take_exchange(): comm_ms
   // from their spans, exposed_ms the time the training thread waited for them.
@@ -130,7 +136,12 @@ class GradSync final : public Reducer {
   // Fills VIEW's busy-time fields and straggler from every rank's busy time (kStraggler*).
   void find_straggler(const std::vector<double>& busy, StepView& view);
   void wait_bookkeeping(const CommHandle& handle);  // waits, and drops its span
-  Result collect_spans(double exposed_ms);          // the engine's spans since the last drain
+  void stage(FlatBuffer& dst, const FlatBuffer& src);
+  // Runs F (a wait for step communication) as one of the step's waits.
+  template <class F>
+  void waiting(F&& f);
+  // The engine's spans and the waits since the last collect.
+  Result collect_spans();
 
   Communicator* comm_;
   CommConfig cfg_;
@@ -145,6 +156,7 @@ class GradSync final : public Reducer {
   struct Pending;
   std::vector<std::unique_ptr<Pending>> pending_;
   std::vector<CommSpan> kept_spans_;       // bucket spans drained by a bookkeeping wait
+  std::vector<CommSpan> staged_spans_;     // device <-> staging copies since the last collect
   std::vector<int> straggler_streak_;      // consecutive steps each rank was over the ratio
   std::vector<SignAllreduce> sign_calls_;  // per bucket, for sign_code_
   SignCode sign_code_;
@@ -157,7 +169,7 @@ class GradSync final : public Reducer {
     SignExchange total;
     bool active = false;
   } sign_;
-  double exchange_wait_ms_ = 0;  // sign_average waits since the last take_exchange
+  std::vector<Interval> waits_;  // the training thread's waits since the last collect
   size_t exchange_sent_bytes_ = 0;
 };
 

@@ -239,10 +239,11 @@ Trainer::StepResult Trainer::step() {
     if (traced) trace_comm(s.comm, 0);
   }
   if (facts_.rank == facts_.world - 1) inject_delay(cfg_.profile.inject_delay_ms);
+  s.times = timer_.end_step(s.comm.comm_ms, s.comm.exposed_ms);
+  // After the step's clock has stopped: the profiler's own writing is not the step's time.
   if (traced && number == w[1])
     trace_.write(cfg_.run.out_dir + "/trace/rank-" + std::to_string(facts_.rank) + ".json",
                  facts_.rank);
-  s.times = timer_.end_step(s.comm.comm_ms, s.comm.exposed_ms);
   ops_ = nullptr;
   ++state_.step;
   const int every = cfg_.train.check_replicas_every;
@@ -277,9 +278,10 @@ double Trainer::micro_batch(int micro, bool traced, bool hook) {
 }
 
 // The update (AdamW's, or 1-bit Adam's compressed one, which waits for EXCHANGE's momenta),
-// timed as the optimizer op on an op-timed step; returns the gradient norm.
+// timed as the optimizer op on an op-timed step; returns the gradient norm. The trace shows
+// it once, as the "optimizer" phase, not again as an op of the same span.
 double Trainer::timed_update(double lr, bool traced, bool compressed, SignExchange& exchange) {
-  auto ops = op_scope(OpPhase::optimizer, traced);
+  auto ops = op_scope(OpPhase::optimizer, /*traced=*/false);
   const int64_t t0 = model_.op_clock().begin();
   const double norm =
       compressed ? apply_compressed(lr, traced, exchange) : apply_update(lr, traced);
@@ -356,9 +358,17 @@ void Trainer::trace_comm(const GradSync::Result& comm, int64_t wait_start) {
   if (facts_.world <= 1) return;
   const int number = state_.step + 1;
   if (wait_start > 0) trace_.span(Lane::compute, "wait comm", wait_start, timer_.mark(), number);
-  for (const CommSpan& s : comm.spans)
-    trace_.span(Lane::comm, s.op + " bucket " + std::to_string(s.tag), s.start_ns, s.end_ns, number,
-                s.bytes);
+  // The lane covers the record's comm (train/grad_sync.h): each collective from its start,
+  // and before it, while the engine was idle, the time it took the engine to start it.
+  int64_t engine_free_ns = 0;
+  for (const CommSpan& s : comm.spans) {
+    const int64_t waiting_from = std::max(s.queued_ns, engine_free_ns);
+    if (s.start_ns > waiting_from)
+      trace_.span(Lane::comm, "engine start-up", waiting_from, s.start_ns, number);
+    trace_.span(Lane::comm, s.op + " bucket " + std::to_string(s.tag), s.start_ns, s.end_ns,
+                number, s.bytes);
+    engine_free_ns = std::max(engine_free_ns, s.end_ns);
+  }
 }
 
 float Trainer::evaluate() {
