@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace ringstep {
 
@@ -20,6 +21,10 @@ std::string excerpt(std::string_view s) {
   }
   if (n < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
   return out;
+}
+
+SystemFault io_fault(const std::string& action, const std::string& path, int err) {
+  return SystemFault("cannot " + action + " '" + path + "': " + std::strerror(err));
 }
 
 }  // namespace ringstep

@@ -1,9 +1,13 @@
 #include "launch/commands.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 
 #include "comm/bench.h"
 #include "comm/mpi_communicator.h"
+#include "core/checksum.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "models/gpt.h"
@@ -32,16 +36,57 @@ void add_bench_subcommands(CLI::App& bench, BenchCommand& opts) {
   ar->add_option("--json", opts.json_path, "Write one JSON object per row to FILE");
 }
 
+namespace {
+
+// Runs CHECK on every rank of WORLD, then agrees on its outcome before anything else is
+// communicated. Where it threw InputError on some rank, each distinct message is printed
+// once, by the lowest rank that met it (naming the ranks unless every rank met it), and
+// every rank throws AlreadyReported: one message per cause under mpirun, not one per rank.
+void check_on_every_rank(Communicator& world, const std::function<void()>& check) {
+  std::string error;
+  try {
+    check();
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  // 0: no error; else a hash of the message, never 0.
+  std::vector<uint64_t> all(size_t(world.size()));
+  all[size_t(world.rank())] = error.empty() ? 0 : fnv1a64(error.data(), error.size()) | 1;
+  world.allgather_bytes(all.data(), sizeof(uint64_t));
+  if (std::all_of(all.begin(), all.end(), [](uint64_t h) { return h == 0; })) return;
+  const uint64_t mine = all[size_t(world.rank())];
+  std::vector<int> alike;
+  for (int r = 0; r < world.size(); ++r)
+    if (all[size_t(r)] == mine) alike.push_back(r);
+  if (mine != 0 && alike.front() == world.rank()) {
+    std::string ranks;
+    if (int(alike.size()) < world.size())
+      for (int r : alike) ranks += (ranks.empty() ? " (rank " : ", ") + std::to_string(r);
+    std::fprintf(stderr, "ringstep: error%s: %s\n", (ranks.empty() ? "" : ranks + ")").c_str(),
+                 error.c_str());
+  }
+  throw AlreadyReported{kExitBadInput};
+}
+
+}  // namespace
+
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides, int argc,
               char** argv) {
-  // Every rank reads and checks the config itself: a bad one fails on all ranks alike,
-  // before any communication.
-  Config cfg = load_config(config_path, overrides);
-  // So are a run directory that cannot be created and a config this machine cannot hold,
-  // before the model is built.
-  check_creatable(cfg.run.out_dir);
-  check_fits_machine(cfg, machine_limits());
   MpiSession mpi(&argc, &argv);
+  // Every rank reads and checks its inputs itself (the config, the run directory, whether
+  // the model fits this machine, the data files) before the model is built.
+  Config cfg;
+  {
+    MpiCommunicator world(MPI_COMM_WORLD);
+    check_on_every_rank(world, [&] {
+      cfg = load_config(config_path, overrides);
+      validate_for_world(cfg, world.size());
+      check_creatable(cfg.run.out_dir);
+      check_fits_machine(cfg, machine_limits());
+      for (const char* split : {"train", "val"})
+        make_data_source(cfg, split, world.rank(), world.size());
+    });
+  }
   MpiCommunicator comm(MPI_COMM_WORLD, cfg.comm.link);
   train(cfg, comm.size() > 1 ? &comm : nullptr);
   return 0;

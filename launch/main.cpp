@@ -80,9 +80,14 @@ int main(int argc, char** argv) {
     if (*bench_cmd) return run_bench(bench, argc, argv);
     if (*report_cmd) return run_report(report_dir, report_json);
     if (*export_cmd) return run_export(export_path, export_out);
+  } catch (const AlreadyReported& e) {
+    return e.code;
   } catch (const InputError& e) {
     std::fprintf(stderr, "ringstep: error: %s\n", e.what());
     return kExitBadInput;
+  } catch (const SystemFault& e) {
+    std::fprintf(stderr, "ringstep: fault of the machine: %s\n", e.what());
+    return kExitSystemFault;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ringstep: internal error: %s\n", e.what());
     return 1;

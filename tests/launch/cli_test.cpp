@@ -124,6 +124,33 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
   fs::remove_all(dir);
 }
 
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Under mpirun a bad input is reported once, not once per rank, and every rank exits 2.
+TEST(Cli, ABadInputUnderMpirunIsReportedOnce) {
+  fs::path dir = Temp("mpibad");
+  const std::string mpirun = std::string(RINGSTEP_MPIEXEC) + " --oversubscribe -np 3 ";
+  const std::string cmd = mpirun + RINGSTEP_BINARY + " train " + Tiny() +
+                          " --set run.out_dir=" + (dir / "run").string();
+  for (const std::string& set :
+       {std::string(" --set model.d_model=130"),
+        " --set data.source=file --set data.path=" + (dir / "none.bin").string()}) {
+    FILE* p = popen((cmd + set + " 2>&1").c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
+    const int status = pclose(p);
+    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << out;
+    EXPECT_EQ(Count(out, "ringstep: error"), 1u) << out;
+    EXPECT_FALSE(fs::exists(dir / "run")) << set;
+  }
+  fs::remove_all(dir);
+}
+
 size_t LineCount(const fs::path& path) {
   std::ifstream in(path);
   size_t n = 0;
