@@ -1,5 +1,8 @@
 #include "core/files.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -76,6 +79,41 @@ std::string read_regular_file(const std::string& path, size_t max_bytes, const s
     throw InputError("cannot read " + what + " '" + path + "': " + std::strerror(errno));
   }
   return text;
+}
+
+void write_all(int fd, std::string_view bytes, const std::string& path) {
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw io_fault("write", path, errno);
+    done += size_t(n);
+  }
+}
+
+void write_file_atomic(const std::string& path, std::string_view text, bool sync) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw io_fault("create", tmp, errno);
+  // Removes TMP, then throws ACTION's fault (close may have failed: FD is closed by then).
+  auto fail = [&](const char* action, int err, bool close_fd) {
+    if (close_fd) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw io_fault(action, tmp, err);
+  };
+  try {
+    write_all(fd, text, tmp);
+  } catch (const SystemFault&) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (sync && ::fsync(fd) != 0) fail("fsync", errno, true);
+  if (::close(fd) != 0) fail("close", errno, false);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw io_fault("rename '" + tmp + "' to", path, err);
+  }
 }
 
 }  // namespace ringstep

@@ -1,11 +1,14 @@
-// Reading a user's input files. Only regular files are read (after following symlinks): a
-// directory, a FIFO or a device such as /dev/zero is refused before a byte is read, so no
-// reader can hang or fill memory on one. Every failure is an InputError naming the file.
+// Reading a user's input files, and writing a run's outputs. Only regular files are read
+// (after following symlinks): a directory, a FIFO or a device such as /dev/zero is refused
+// before a byte is read, so no reader can hang or fill memory on one. Every read failure is
+// an InputError naming the file; every write failure is a SystemFault (core/error.h)
+// naming the file and the cause, with nothing half-written left behind.
 #pragma once
 
 #include <cstddef>
 #include <limits>
 #include <string>
+#include <string_view>
 
 namespace ringstep {
 
@@ -20,5 +23,13 @@ bool input_exists(const std::string& path, const std::string& what);
 // ("config", "token file"). Throws InputError when PATH is missing, is not a regular file,
 // is larger than MAX_BYTES (the message states the limit) or cannot be read.
 std::string read_regular_file(const std::string& path, size_t max_bytes, const std::string& what);
+
+// Writes all of BYTES to the open file FD (PATH names it in messages), retrying short
+// writes. Throws SystemFault.
+void write_all(int fd, std::string_view bytes, const std::string& path);
+
+// Writes TEXT to PATH whole or not at all: PATH.tmp, fsynced when SYNC, then renamed over
+// PATH. On failure PATH.tmp is removed and PATH is as it was. Throws SystemFault.
+void write_file_atomic(const std::string& path, std::string_view text, bool sync = false);
 
 }  // namespace ringstep

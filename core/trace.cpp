@@ -6,6 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "core/error.h"
+#include "core/files.h"
+
 namespace ringstep {
 
 void TraceRecorder::span(Lane lane, const std::string& name, int64_t start_ns, int64_t end_ns,
@@ -34,14 +37,11 @@ void TraceRecorder::write(const std::string& path, int rank) const {
                       {"args", args}});
   }
   json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << doc.dump() << "\n";
-    if (!out) throw std::runtime_error("cannot write trace '" + tmp + "'");
-  }
-  std::filesystem::rename(tmp, path);
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw io_fault("create", dir.string(), ec.value());
+  write_file_atomic(path, doc.dump() + "\n");
 }
 
 }  // namespace ringstep

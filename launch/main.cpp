@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "launch/commands.h"
 #include "train/report.h"
+#include "train/trainer.h"
 
 int main(int argc, char** argv) {
   using namespace ringstep;
@@ -88,6 +89,9 @@ int main(int argc, char** argv) {
   } catch (const SystemFault& e) {
     std::fprintf(stderr, "ringstep: fault of the machine: %s\n", e.what());
     return kExitSystemFault;
+  } catch (const TrainingStopped& e) {
+    std::fprintf(stderr, "ringstep: training stopped: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ringstep: internal error: %s\n", e.what());
     return 1;

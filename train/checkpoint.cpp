@@ -37,31 +37,31 @@ constexpr const char* kState = "state.json";
 constexpr const char* kConfig = "config.yaml";
 constexpr const char* kFiles[] = {kParams, kAdamM, kAdamV, kState, kConfig};
 
-[[noreturn]] void fail_io(const std::string& what, const fs::path& path) {
-  throw std::runtime_error(what + " '" + path.string() + "': " + std::strerror(errno));
-}
-
 // Writes BYTES to PATH and fsyncs it: once this returns, the bytes survive a power cut.
 void write_synced(const fs::path& path, std::string_view bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_io("cannot create", path);
-  for (size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail_io("cannot write", path);
-    done += size_t(n);
+  if (fd < 0) throw io_fault("create", path.string(), errno);
+  try {
+    write_all(fd, bytes, path.string());
+  } catch (const SystemFault&) {
+    ::close(fd);
+    throw;
   }
-  if (::fsync(fd) != 0) fail_io("cannot fsync", path);
-  if (::close(fd) != 0) fail_io("cannot close", path);
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw io_fault("fsync", path.string(), err);
+  }
+  if (::close(fd) != 0) throw io_fault("close", path.string(), errno);
 }
 
 // A directory's entries (a file created or renamed in it) are durable once it is fsynced.
 void sync_dir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail_io("cannot open directory", dir);
+  if (fd < 0) throw io_fault("open directory", dir.string(), errno);
   const int rc = ::fsync(fd);
   ::close(fd);
-  if (rc != 0) fail_io("cannot fsync directory", dir);
+  if (rc != 0) throw io_fault("fsync directory", dir.string(), errno);
 }
 
 std::string_view bytes_of(const FlatBuffer& b) {
@@ -185,8 +185,8 @@ void on_ranks(GradSync& sync, bool run, const fs::path& dir, F&& f) {
     }
   }
   if (sync.any_rank(!error.empty()))
-    throw std::runtime_error("cannot save checkpoint '" + dir.string() +
-                             "': " + (error.empty() ? "another rank failed" : error));
+    throw SystemFault("cannot save checkpoint '" + dir.string() +
+                      "': " + (error.empty() ? "another rank failed" : error));
 }
 
 std::string read_whole(const fs::path& path) {
@@ -290,12 +290,10 @@ void load_onebit_errors(const fs::path& dir, const json& manifest, int rank, int
 
 std::string checkpoints_dir(const Config& cfg) { return cfg.run.out_dir + "/checkpoints"; }
 
-std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const TrainState& state,
-                            GradSync& sync) {
-  // Every rank's position is in hand before rank 0 commits: the rename waits for all.
-  const std::vector<uint64_t> positions = sync.gather(state.data->position());
-  const fs::path dir = fs::path(checkpoints_dir(cfg)) / ("step-" + std::to_string(state.step));
-  const fs::path tmp = dir.string() + ".tmp";
+// The checkpoint's files into TMP, committed as DIR (save_checkpoint's steps).
+static void save_into(const fs::path& tmp, const fs::path& dir, const Config& cfg,
+               const FlatBuffer& params, const TrainState& state,
+               const std::vector<uint64_t>& positions, GradSync& sync) {
   const bool lead = sync.rank() == 0;
   json files;
   on_ranks(sync, lead, dir, [&] {
@@ -314,8 +312,25 @@ std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const T
     write_manifest(tmp, cfg, files, state.step, params.size(), sync.world());
     commit(dir, cfg.checkpoint.keep);
   });
+}
+
+std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const TrainState& state,
+                            GradSync& sync) {
+  // Every rank's position is in hand before rank 0 commits: the rename waits for all.
+  const std::vector<uint64_t> positions = sync.gather(state.data->position());
+  const fs::path dir = fs::path(checkpoints_dir(cfg)) / ("step-" + std::to_string(state.step));
+  const fs::path tmp = dir.string() + ".tmp";
+  const bool lead = sync.rank() == 0;
+  try {
+    save_into(tmp, dir, cfg, params, state, positions, sync);
+  } catch (const SystemFault&) {
+    std::error_code ec;
+    if (lead) fs::remove_all(tmp, ec);  // nothing half-written stays behind
+    throw;
+  }
   return dir.string();
 }
+
 
 uint64_t checkpoint_bytes(const std::string& dir) {
   const json manifest = json::parse(read_whole(fs::path(dir) / kManifest));

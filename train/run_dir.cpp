@@ -1,5 +1,6 @@
 #include "train/run_dir.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -43,20 +45,6 @@ void check_creatable(const std::string& path) {
   ::rmdir(probe.c_str());
 }
 
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write '" + tmp + "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
-}
-
 namespace {
 
 // The lines of steps.jsonl at PATH whose step is at most LAST_STEP; a line that does not
@@ -78,30 +66,45 @@ void RunDir::clear_earlier_run() const {
   for (const char* name : kRunOutputs) {
     std::error_code ec;
     std::filesystem::remove_all(path(name), ec);
-    if (ec)
-      throw std::runtime_error("cannot remove the earlier run's '" + path(name) +
-                               "': " + ec.message());
+    if (ec) throw io_fault("remove the earlier run's", path(name), ec.value());
   }
+}
+
+RunDir::~RunDir() {
+  if (steps_fd_ >= 0) ::close(steps_fd_);
 }
 
 std::vector<std::string> RunDir::create(int resumed_step) {
   std::error_code ec;
   std::filesystem::create_directories(root_, ec);
-  if (ec) throw std::runtime_error("cannot create run directory '" + root_ + "': " + ec.message());
+  if (ec) throw io_fault("create the run directory", root_, ec.value());
   const std::string steps = path("steps.jsonl");
   std::vector<std::string> kept;
   if (resumed_step > 0) kept = steps_through(steps, resumed_step);
   std::string text;
   for (const std::string& line : kept) text += line + "\n";
   write_file_atomic(steps, text);
-  steps_.open(steps, std::ios::app);
-  if (!steps_) throw std::runtime_error("cannot write '" + steps + "'");
+  steps_fd_ = ::open(steps.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (steps_fd_ < 0) throw io_fault("open", steps, errno);
   return kept;
 }
 
 void RunDir::append_step(const std::string& json_line) {
-  steps_ << json_line << '\n';
-  steps_.flush();  // a reader (report, tail -f) sees whole lines as they come
+  const std::string steps = path("steps.jsonl");
+  // A file removed (or its directory) while the run goes on would swallow every later line.
+  struct stat st {};
+  if (::fstat(steps_fd_, &st) != 0) throw io_fault("stat", steps, errno);
+  if (st.st_nlink == 0)
+    throw SystemFault("'" + steps + "' was removed while the run was going; the records of " +
+                      "the steps since then are lost");
+  // One write of the whole line, so a reader (report, tail -f) sees whole lines; a line the
+  // disk could not take in full is cut off again.
+  try {
+    write_all(steps_fd_, json_line + "\n", steps);
+  } catch (const SystemFault&) {
+    [[maybe_unused]] const int rc = ::ftruncate(steps_fd_, st.st_size);  // the fault is the news
+    throw;
+  }
 }
 
 }  // namespace ringstep

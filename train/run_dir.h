@@ -1,10 +1,10 @@
 // The run directory (docs/design.md "The run directory"): created by rank 0 only after every
 // input has been checked; files that are written whole (config.yaml, summary.json) go
-// through a temporary file and a rename so a crash never leaves half of one.
+// through a temporary file and a rename (core/files.h) so a crash never leaves half of one.
+// Every write failure is a SystemFault naming the file and the cause.
 #pragma once
 
 #include <array>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -23,12 +23,13 @@ inline constexpr std::array<const char*, 7> kRunOutputs = {
 // a command calls it before building anything.
 void check_creatable(const std::string& path);
 
-// Writes TEXT to PATH atomically (PATH.tmp, then rename). Throws std::runtime_error.
-void write_file_atomic(const std::string& path, const std::string& text);
 
 class RunDir {
  public:
   explicit RunDir(std::string root) : root_(std::move(root)) {}
+  ~RunDir();
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
   // Deletes each of kRunOutputs under ROOT that exists. Throws std::runtime_error naming
   // the path that could not be removed.
   void clear_earlier_run() const;
@@ -39,11 +40,13 @@ class RunDir {
   std::vector<std::string> create(int resumed_step);
   const std::string& root() const { return root_; }
   std::string path(const std::string& name) const { return root_ + "/" + name; }
+  // Appends one record as one line; a line the disk could not take in full is removed
+  // again. SystemFault also when steps.jsonl has been removed since create().
   void append_step(const std::string& json_line);
 
  private:
   std::string root_;
-  std::ofstream steps_;
+  int steps_fd_ = -1;
 };
 
 }  // namespace ringstep

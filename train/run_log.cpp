@@ -7,6 +7,7 @@
 #include "core/cpu/blas_env.h"
 #include "core/cpu/gemm16.h"
 #include "core/cpu/sgemm.h"
+#include "core/files.h"
 #include "core/stats.h"
 #include "core/threads.h"
 #include "models/gpt.h"
@@ -332,7 +333,6 @@ void print_done(const Config& cfg, const RunFacts& f, const RunTotals& totals,
   if (skipped > 0)
     std::printf("  skipped %lld of %d steps (inf/NaN gradients); loss scale now %g\n",
                 static_cast<long long>(skipped), totals.steps_run, scaler.scale());
-  std::printf("  wrote %s/{config.yaml,steps.jsonl,summary.json}\n", cfg.run.out_dir.c_str());
 }
 
 }  // namespace
@@ -340,9 +340,10 @@ void print_done(const Config& cfg, const RunFacts& f, const RunTotals& totals,
 void write_summary(const Config& cfg, const RunFacts& f, const RunTotals& totals,
                    const LossScaler& scaler, const RunEnd& end) {
   const Speed sp = speed_of(f, totals, end);
+  print_done(cfg, f, totals, scaler, end, sp);  // first: the console has it if the disk is full
   write_file_atomic(cfg.run.out_dir + "/summary.json",
                     summary_json(cfg, f, totals, scaler, end, sp).dump(2) + "\n");
-  print_done(cfg, f, totals, scaler, end, sp);
+  std::printf("  wrote %s/{config.yaml,steps.jsonl,summary.json}\n", cfg.run.out_dir.c_str());
 }
 
 }  // namespace ringstep

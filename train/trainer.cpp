@@ -485,18 +485,22 @@ TrainOutcome Trainer::run() {
   std::optional<PreemptGuard> preempt;
   if (save_every > 0) preempt.emplace();
   const auto t_loop = SteadyClock::now();
-  // Every rank sees the same agreed flags, so every rank stops at the same step.
-  while (state_.step < cfg_.train.steps && !state_.scaler.should_stop() && fault_.empty()) {
-    const StepResult s = step();
-    out.loss_scales.push_back(s.loss_scale);
-    const int n = state_.step, every = cfg_.train.eval_every;
-    last_val_loss_ = every > 0 && n % every == 0 && n < cfg_.train.steps ? evaluate() : NAN;
-    log_step(s, out);
-    ++totals_.steps_run;
-    if (preempt && sync_.any_rank(preempt->requested())) return stop_preempted(out);
-    if (save_every > 0 && n % save_every == 0 && fault_.empty()) save(out);
+  try {
+    // Every rank sees the same agreed flags, so every rank stops at the same step.
+    while (state_.step < cfg_.train.steps && !state_.scaler.should_stop() && fault_.empty()) {
+      const StepResult s = step();
+      out.loss_scales.push_back(s.loss_scale);
+      const int n = state_.step, every = cfg_.train.eval_every;
+      last_val_loss_ = every > 0 && n % every == 0 && n < cfg_.train.steps ? evaluate() : NAN;
+      log_step(s, out);
+      ++totals_.steps_run;
+      if (preempt && sync_.any_rank(preempt->requested())) return stop_preempted(out);
+      if (save_every > 0 && n % save_every == 0 && fault_.empty()) save(out);
+    }
+    flush_log(out);
+  } catch (const SystemFault& e) {
+    end_on_fault(e, t_loop, out);
   }
-  flush_log(out);
   // The end of the run, unless the last step was just saved, or the run was resumed at its
   // end, or the scaler gave up (a state that only overflows is not worth resuming).
   const bool saved = state_.step % std::max(save_every, 1) == 0 || state_.step == out.resumed_step;
@@ -515,6 +519,29 @@ TrainOutcome Trainer::run() {
   if (facts_.rank == 0) write_summary(cfg_, facts_, totals_, state_.scaler, end);
   if (!end.stop_reason.empty()) throw TrainingStopped(end.stop_reason);
   return out;
+}
+
+// A fault of the machine mid-run (a full disk, a directory made read-only, a file removed):
+// the summary of the steps that ran is still written where it can be (nothing that needs
+// the other ranks: they may be gone), else its `done:` lines are printed; then FAULT goes on.
+[[noreturn]] void Trainer::end_on_fault(const SystemFault& fault, SteadyClock::time_point t_loop,
+                                        TrainOutcome& out) {
+  RunEnd end;
+  end.stop_reason = fault.what();
+  end.loop_s = std::chrono::duration<double>(SteadyClock::now() - t_loop).count();
+  end.final_val_loss = NAN;
+  end.peak_gflops_end = facts_.peak_gflops;
+  end.final_loss = out.losses.empty() ? totals_.last_loss : out.losses.back();
+  end.optimizer_steps = out.optimizer_steps;
+  end.activations_peak_bytes = arena_.peak_bytes();
+  if (facts_.rank == 0) {
+    try {
+      write_summary(cfg_, facts_, totals_, state_.scaler, end);
+    } catch (const SystemFault& again) {
+      std::fprintf(stderr, "ringstep: summary.json not written either: %s\n", again.what());
+    }
+  }
+  throw fault;
 }
 
 TrainOutcome train(const Config& cfg, Communicator* comm) { return Trainer(cfg, comm).run(); }

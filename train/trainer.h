@@ -80,10 +80,13 @@ class Trainer {
   // end), evaluates, writes summary.json. Throws TrainingStopped when the loss scaler gave
   // up, or on an inf/NaN without loss scaling (train.on_nan: stop). With checkpoint.every > 0,
   // SIGTERM or SIGINT on any rank saves a checkpoint after the current step and returns at once
-  // (preempted; no evaluation, no summary).
+  // (preempted; no evaluation, no summary). A SystemFault (core/error.h) mid-run ends it
+  // after the summary of the steps that ran is written (or printed, if it cannot be).
   TrainOutcome run();
 
  private:
+  [[noreturn]] void end_on_fault(const SystemFault& fault, SteadyClock::time_point t_loop,
+                                 TrainOutcome& out);
   // What one step did, on this rank, before the ranks agree on it.
   struct StepResult {
     double loss = 0;  // mean over the micro-batches

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -191,6 +192,34 @@ TEST(Cli, ARerunOfASavedConfigNeverDeletesTheRun) {
   EXPECT_FALSE(fs::exists(run / "trace"));
   EXPECT_FALSE(fs::exists(run / "steps.png"));
   EXPECT_TRUE(fs::exists(run / "book.bin"));
+  fs::remove_all(dir);
+}
+
+// A disk that fills mid-run: exit 3 naming the file and the cause, the done line of the
+// steps that ran printed, steps.jsonl left with whole records only. Needs root (a tmpfs).
+TEST(Cli, AFullDiskEndsTheRunWithExitThreeAndWholeRecords) {
+  fs::path dir = Temp("fulldisk");
+  if (std::system(("mount -t tmpfs -o size=48k tmpfs " + dir.string() + " 2>/dev/null").c_str()))
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  Result r = RunCli("train " + Tiny() + " --set run.out_dir=" + (dir / "run").string() +
+                    " --set train.steps=200 --set train.eval_batches=1 --set run.threads=1"
+                    " --set profile.peak_gflops=100 --set profile.trace_steps=[]");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("fault of the machine: cannot write '" + (dir / "run").string() +
+                          "/steps.jsonl': No space left on device"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("done: "), std::string::npos) << r.output;
+  size_t records = 0;
+  {
+    std::ifstream steps(dir / "run" / "steps.jsonl");
+    for (std::string line; std::getline(steps, line); ++records)
+      EXPECT_EQ(line.back(), '}') << "record " << records + 1 << " is cut";
+  }
+  EXPECT_GT(records, 0u);
+  EXPECT_LT(records, 200u);
+  EXPECT_FALSE(fs::exists(dir / "run" / "summary.json.tmp"));
+  [[maybe_unused]] int rc = std::system(("umount " + dir.string()).c_str());
   fs::remove_all(dir);
 }
 
