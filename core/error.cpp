@@ -1,6 +1,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 
@@ -25,6 +26,19 @@ std::string excerpt(std::string_view s) {
 
 SystemFault io_fault(const std::string& action, const std::string& path, int err) {
   return SystemFault("cannot " + action + " '" + path + "': " + std::strerror(err));
+}
+
+std::string format_message(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  const int n = std::vsnprintf(nullptr, 0, format, args);
+  va_end(args);
+  if (n <= 0) return "";
+  std::string out(size_t(n), '\0');
+  va_start(args, format);
+  std::vsnprintf(out.data(), out.size() + 1, format, args);
+  va_end(args);
+  return out;
 }
 
 }  // namespace ringstep

@@ -41,4 +41,8 @@ struct AlreadyReported {
 constexpr size_t kExcerptBytes = 80;
 std::string excerpt(std::string_view s);
 
+// FORMAT and its arguments as printf writes them, at any length: for messages that print
+// numbers ("%s: token %zu is %u").
+[[gnu::format(printf, 1, 2)]] std::string format_message(const char* format, ...);
+
 }  // namespace ringstep

@@ -1,6 +1,8 @@
 #include "core/files.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <utility>
 
 #include "core/error.h"
 
@@ -39,6 +42,19 @@ std::string size_text(size_t bytes) {
                                     : std::to_string(bytes) + " bytes";
 }
 
+// Throws InputError unless PATH is non-empty and names a regular file (after symlinks).
+void check_regular_file(const std::string& path, const std::string& what) {
+  if (path.empty()) throw InputError(what + ": the path is empty, expected a file");
+  if (!input_exists(path, what)) {
+    throw InputError("cannot read " + what + " '" + path + "': " + std::strerror(ENOENT));
+  }
+  std::error_code ec;
+  const fs::file_type type = fs::status(path, ec).type();
+  if (type != fs::file_type::regular) {
+    throw InputError(what + " '" + path + "' is " + kind_of(type) + ", expected a regular file");
+  }
+}
+
 }  // namespace
 
 bool input_exists(const std::string& path, const std::string& what) {
@@ -50,15 +66,8 @@ bool input_exists(const std::string& path, const std::string& what) {
 }
 
 std::string read_regular_file(const std::string& path, size_t max_bytes, const std::string& what) {
-  if (path.empty()) throw InputError(what + ": the path is empty, expected a file");
-  if (!input_exists(path, what)) {
-    throw InputError("cannot read " + what + " '" + path + "': " + std::strerror(ENOENT));
-  }
+  check_regular_file(path, what);
   std::error_code ec;
-  const fs::file_type type = fs::status(path, ec).type();
-  if (type != fs::file_type::regular) {
-    throw InputError(what + " '" + path + "' is " + kind_of(type) + ", expected a regular file");
-  }
   const uintmax_t size = fs::file_size(path, ec);
   if (!ec && size > max_bytes) {
     throw InputError(what + " '" + path + "' is " + std::to_string(size) +
@@ -114,6 +123,38 @@ void write_file_atomic(const std::string& path, std::string_view text, bool sync
     ::unlink(tmp.c_str());
     throw io_fault("rename '" + tmp + "' to", path, err);
   }
+MappedFile::MappedFile(const std::string& path, const std::string& what) {
+  check_regular_file(path, what);
+  // O_NONBLOCK: should PATH have become a FIFO since the check, open must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat st {};
+  int err = fd < 0 ? errno : ::fstat(fd, &st) != 0 ? errno : S_ISREG(st.st_mode) ? 0 : EINVAL;
+  size_ = static_cast<size_t>(st.st_size);
+  if (err == 0 && size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+      err = errno;
+    else
+      data_ = static_cast<unsigned char*>(p);
+  }
+  if (fd >= 0) ::close(fd);  // a mapping keeps the file open
+  if (err != 0) throw InputError("cannot read " + what + " '" + path + "': " + std::strerror(err));
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (data_) ::munmap(data_, size_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
 }
 
 }  // namespace ringstep

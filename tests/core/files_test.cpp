@@ -73,5 +73,35 @@ TEST(Files, SymlinkLoopIsAnInputError) {
   fs::remove_all(dir);
 }
 
+// The InputError message of mapping PATH, or "" when it maps.
+std::string map_error_of(const fs::path& path) {
+  try {
+    MappedFile file(path.string(), "token file");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Files, MapsARegularFileWithTheChecksOfReading) {
+  const fs::path dir = Scratch();
+  std::ofstream(dir / "t.bin", std::ios::binary) << std::string("to\0ken", 6);
+  MappedFile file((dir / "t.bin").string(), "token file");
+  ASSERT_EQ(file.size(), 6u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(file.data()), 6), std::string("to\0ken", 6));
+  MappedFile moved = std::move(file);
+  EXPECT_EQ(moved.size(), 6u);
+  EXPECT_EQ(moved.data()[5], 'n');
+  std::ofstream(dir / "empty.bin");
+  EXPECT_EQ(MappedFile((dir / "empty.bin").string(), "token file").size(), 0u);
+  EXPECT_NE(map_error_of(dir).find("token file '" + dir.string() +
+                                   "' is a directory, expected a regular file"),
+            std::string::npos);
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  EXPECT_NE(map_error_of(dir / "fifo").find("is a FIFO"), std::string::npos);
+  EXPECT_NE(map_error_of(dir / "none").find("cannot read token file '"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ringstep
