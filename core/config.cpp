@@ -201,6 +201,7 @@ void check_cross_fields(const Config& c, const Reader& reader) {
         "to train on it";
     if (!c.data.path.empty()) reader.fail({"data.path"}, "'data.path" + why);
     if (!c.data.val_path.empty()) reader.fail({"data.val_path"}, "'data.val_path" + why);
+    if (c.data.format != DataFormat::auto_) reader.fail({"data.format"}, "'data.format" + why);
   }
   const LossScaleConfig& ls = c.precision.loss_scale;
   if (ls.min_scale > ls.initial) {

@@ -24,6 +24,13 @@ constexpr auto enum_names(DataSourceKind) {
   return std::to_array<EnumName<DataSourceKind>>(
       {{DataSourceKind::synthetic, "synthetic"}, {DataSourceKind::file, "file"}});
 }
+// The layout of token files (docs/formats.md): auto_ tells each file's by its magic.
+enum class DataFormat { auto_, ringstep, llmc };
+constexpr auto enum_names(DataFormat) {
+  return std::to_array<EnumName<DataFormat>>({{DataFormat::auto_, "auto"},
+                                              {DataFormat::ringstep, "ringstep"},
+                                              {DataFormat::llmc, "llmc"}});
+}
 enum class LrScheduleKind { cosine, linear, constant };
 constexpr auto enum_names(LrScheduleKind) {
   return std::to_array<EnumName<LrScheduleKind>>({{LrScheduleKind::cosine, "cosine"},
@@ -98,9 +105,10 @@ struct ModelConfig {
 
 struct DataConfig {
   DataSourceKind source = DataSourceKind::synthetic;
-  std::string path;      // token file for source=file ("" when null)
-  std::string val_path;  // optional held-out token file ("" = tail of path)
+  std::string path;      // token file, or a glob of them, for source=file ("" when null)
+  std::string val_path;  // optional held-out token file or glob ("" = tail of path)
   bool shuffle = true;   // token files: a seeded new order of each rank's windows per epoch
+  DataFormat format = DataFormat::auto_;
 
   bool operator==(const DataConfig&) const = default;
 };

@@ -316,9 +316,10 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(model.n_heads), number<int>(at_least(1)), "attention heads per block"),
 
   key(KEY(data.source), choice<DataSourceKind>(), "synthetic = seeded Markov source with a known entropy floor; file = token file"),
-  key(KEY(data.path), path_or_null(), "token file (from `ringstep prepare`); required when source is file"),
-  key(KEY(data.val_path), path_or_null(), "held-out token file; null = the tail of path"),
+  key(KEY(data.path), path_or_null(), "token file (`ringstep prepare`'s or an llm.c shard), or a glob of them read in sorted order as one stream (docs/data.md); required when source is file"),
+  key(KEY(data.val_path), path_or_null(), "held-out token file or glob, as path; null = the tail of path"),
   key(KEY(data.shuffle), boolean(), "token files: read each rank's training windows in a new order every epoch, seeded by run.seed; false = file order"),
+  key(KEY(data.format), choice<DataFormat>(), "token files' layout (docs/formats.md): auto = each file's by its magic; ringstep = `ringstep prepare`'s; llmc = llm.c's dev/data shards (GPT-2 uint16 tokens)"),
 
   key(KEY(train.steps), number<int>(at_least(1)), "optimizer steps"),
   key(KEY(train.micro_batch), number<int>(at_least(1)), "sequences per rank per forward/backward"),

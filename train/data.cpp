@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "train/synthetic.h"
-#include "train/token_file.h"
+#include "train/file_source.h"
 
 namespace ringstep {
 

@@ -1,39 +1,32 @@
-// Token files (docs/formats.md): a 32-byte header ("RSTOKENS", version 1, vocab_size,
-// token count, bytes per token = 2, reserved 0) and then the tokens as little-endian
-// uint16. Readers load the whole file and check every field and every token.
+// ringstep's token files (docs/formats.md "Token files"), written by `ringstep prepare`: a
+// 32-byte header ("RSTOKENS", version 1, vocab_size, token count, bytes per token = 2,
+// reserved 0) and then the tokens as little-endian uint16. Training reads them through
+// train/token_stream.h, which checks every field and every token.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "train/data.h"
+#include "train/token_stream.h"
 
 namespace ringstep {
 
 constexpr size_t kTokenHeaderBytes = 32;
 constexpr uint32_t kTokenFileVersion = 1;
-constexpr uint32_t kTokenBytes = 2;
-
-struct LoadedTokens {
-  uint32_t vocab_size = 0;
-  std::vector<uint16_t> tokens;
-};
 
 // Writes PATH.tmp and renames it to PATH; on failure removes PATH.tmp and throws InputError.
 void write_token_file(const std::string& path, uint32_t vocab_size,
                       const std::vector<uint16_t>& tokens);
-// Throws InputError naming PATH unless the header is valid, the size matches it exactly,
-// vocab_size <= MODEL_VOCAB and every token < vocab_size.
-LoadedTokens read_token_file(const std::string& path, int model_vocab);
 
-// Needs at least 2 * (seq_len + 1) tokens in each file. Without data.val_path the last
-// max(10%, seq_len + 1) tokens are the val part. Train rank r owns windows r, r + world,
-// ... of its part, so ranks never share a window; it reads them in file order, or with
-// data.shuffle in a new order each epoch (seeded by run.seed, rank and epoch). Val reads
-// its windows in order.
-std::unique_ptr<DataSource> make_file_source(const Config& cfg, const std::string& split, int rank,
-                                             int world);
+// Whether BYTES[0, SIZE) starts with the magic "RSTOKENS".
+bool has_token_file_magic(const unsigned char* bytes, size_t size);
+
+// The layout of the token file PATH, whose bytes are BYTES[0, SIZE) and start with the
+// magic. Throws InputError naming PATH unless the header is valid, the size matches it
+// exactly and vocab_size <= MODEL_VOCAB. Its tokens must be below vocab_size.
+TokenLayout parse_token_file_header(const std::string& path, const unsigned char* bytes,
+                                    size_t size, int model_vocab);
 
 }  // namespace ringstep

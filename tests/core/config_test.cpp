@@ -257,6 +257,10 @@ TEST(Config, CrossFieldChecksNameBothKeys) {
             "x.yaml:3:12: 'model.d_model' (128) must be divisible by 'model.n_heads' (5)");
   EXPECT_EQ(error_of("data:\n  source: file\n"),
             "x.yaml:2:11: 'data.source' is file but 'data.path' is not set");
+  EXPECT_EQ(error_of("data: {format: llmc}\n"),
+            "x.yaml:1:16: 'data.format' is set but 'data.source' is synthetic, which reads no "
+            "file; set data.source=file to train on it");
+  EXPECT_EQ(error_of("data: {format: auto}\n"), "");
   EXPECT_EQ(error_of("precision: {loss_scale: {initial: 4, min_scale: 8}}\n"),
             "x.yaml:1:49: 'precision.loss_scale.min_scale' (8.0) must be <= "
             "'precision.loss_scale.initial' (4.0)");
@@ -366,7 +370,7 @@ TEST(Config, RoundTripEveryKeyChanged) {
   c.source_path = "effective.yaml";
   c.run = {"yes", "out dir/with: colon", 18446744073709551615ull, Device::cpu, 7, false};
   c.model = {1000, 64, 96, 3, 3};
-  c.data = {DataSourceKind::file, "123", "val.bin"};
+  c.data = {DataSourceKind::file, "shards/*_train_*.bin", "val.bin", false, DataFormat::llmc};
   c.train = {11, 3, 5, 45, 1.0 / 3.0, 0.0, 2, LrScheduleKind::linear, 0.0, 0.0, 0, 1, 0};
   c.precision.dtype = DType::f16;
   c.precision.loss_scale = {
@@ -393,10 +397,9 @@ void ExpectEveryNameRoundTrips(const std::string& path, Get get,
       EXPECT_NE(error_of("", {set}).find("not implemented yet"), std::string::npos) << set;
       continue;
     }
-    Config c = parse(path == "data.source" && n.name == std::string_view("file")
-                         ? "data: {path: t.bin}\n"
-                         : "",
-                     {set});
+    const bool needs_file =
+        path == "data.format" || (path == "data.source" && n.name == std::string_view("file"));
+    Config c = parse(needs_file ? "data: {source: file, path: t.bin}\n" : "", {set});
     EXPECT_EQ(get(c), n.value) << set;
     Config back = parse(config_to_yaml(c));
     EXPECT_EQ(get(back), n.value) << set;
@@ -407,6 +410,7 @@ void ExpectEveryNameRoundTrips(const std::string& path, Get get,
 TEST(Config, EveryEnumNameRoundTrips) {
   ExpectEveryNameRoundTrips<Device>("run.device", [](Config& c) { return c.run.device; });
   ExpectEveryNameRoundTrips<DataSourceKind>("data.source", [](Config& c) { return c.data.source; });
+  ExpectEveryNameRoundTrips<DataFormat>("data.format", [](Config& c) { return c.data.format; });
   ExpectEveryNameRoundTrips<LrScheduleKind>("train.schedule",
                                             [](Config& c) { return c.train.schedule; });
   ExpectEveryNameRoundTrips<DType>("precision.dtype", [](Config& c) { return c.precision.dtype; });
@@ -446,6 +450,7 @@ void ExpectCompleteTable(const std::string& names) {
 TEST(Config, NameTablesAreComplete) {
   ExpectCompleteTable<Device>("cpu, cuda");
   ExpectCompleteTable<DataSourceKind>("synthetic, file");
+  ExpectCompleteTable<DataFormat>("auto, ringstep, llmc");
   ExpectCompleteTable<LrScheduleKind>("cosine, linear, constant");
   ExpectCompleteTable<DType>("fp32, bf16, fp16");
   ExpectCompleteTable<LossScaleMode>("auto, dynamic, static, none");

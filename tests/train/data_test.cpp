@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "train/llmc_shard.h"
 #include "train/synthetic.h"
 #include "train/token_file.h"
+#include "train/token_stream.h"
 
 namespace ringstep {
 namespace {
@@ -238,11 +240,15 @@ TEST_F(TokenFile, PrepareRoundTrip) {
   EXPECT_EQ(bytes.substr(8, 8), expected_header);
   EXPECT_EQ(static_cast<unsigned char>(bytes[16]), text.size());
   EXPECT_EQ(bytes[24], 2);
-  const LoadedTokens file = read_token_file(path("out.bin"), 256);
-  EXPECT_EQ(file.vocab_size, 256u);
-  ASSERT_EQ(file.tokens.size(), text.size());
+  const TokenStream file = open_token_stream("data.path", path("out.bin"), DataFormat::auto_, 256);
+  ASSERT_EQ(file.shards().size(), 1u);
+  EXPECT_EQ(file.shards()[0].format, DataFormat::ringstep);
+  EXPECT_EQ(file.shards()[0].layout.vocab, 256u);
+  ASSERT_EQ(file.size(), text.size());
+  std::vector<int32_t> tokens(text.size());
+  file.read(0, tokens.size(), tokens.data());
   for (size_t i = 0; i < text.size(); ++i)
-    EXPECT_EQ(file.tokens[i], static_cast<unsigned char>(text[i]));
+    EXPECT_EQ(tokens[i], static_cast<unsigned char>(text[i]));
   EXPECT_FALSE(fs::exists(path("out.bin.tmp")));
 }
 
@@ -420,6 +426,56 @@ TEST_F(TokenFile, ValIsTheHeldOutTailOrItsOwnFile) {
   auto train = make_data_source(cfg, "train", 0, 1);
   next(*train, 1000 / (T + 1) - 1, T);
   EXPECT_EQ(next(*train, 1, T).inputs[0], (1000 / (T + 1) - 1) * (T + 1) % 256);
+}
+
+// A glob of shards is one stream: it gives the batches, the order in every epoch, the val
+// tail and the positions that one file holding the shards' concatenation gives, windows that
+// straddle two or three shards included.
+TEST_F(TokenFile, ShardsReadAsTheFileOfTheirConcatenation) {
+  const int T = 8;
+  const std::vector<uint16_t> tokens = iota_tokens(1000, 1024);  // token i == i
+  write_token_file(path("one.bin"), 1024, tokens);
+  size_t at = 0, k = 0;
+  for (size_t n : {300, 1, 450, 249}) {  // window 33, [297, 306), spans three shards
+    write_llmc_shard(path("s_" + std::to_string(k++) + ".bin"),
+                     {tokens.begin() + long(at), tokens.begin() + long(at + n)});
+    at += n;
+  }
+  for (bool shuffle : {false, true}) {
+    Config one = file_config("one.bin", T, 1024), shards = file_config("s_*.bin", T, 1024);
+    one.data.shuffle = shards.data.shuffle = shuffle;
+    // 900 train tokens hold 100 windows: 30 micro-batches of 2 ranks x 2 rows pass an epoch.
+    EXPECT_EQ(world_reads(shards, 2, 30, 2, T), world_reads(one, 2, 30, 2, T)) << shuffle;
+    EXPECT_EQ(world_reads(shards, 3, 5, 2, T, 77), world_reads(one, 3, 5, 2, T, 77)) << shuffle;
+    auto a = make_data_source(shards, "train", 1, 2), b = make_data_source(one, "train", 1, 2);
+    for (int m = 0; m < 30; ++m) ASSERT_EQ(next(*a, 2, T), next(*b, 2, T)) << m;
+    EXPECT_EQ(next(*make_data_source(shards, "val", 1, 2), 11, T),
+              next(*make_data_source(one, "val", 1, 2), 11, T));
+    EXPECT_NE(a->describe().find("4 files matching '" + path("s_*.bin") +
+                                 "' (llm.c shards): 1000 tokens; train part [0, 900)"),
+              std::string::npos)
+        << a->describe();
+  }
+  Config ordered = file_config("s_*.bin", T, 1024);
+  ordered.data.shuffle = false;
+  auto source = make_data_source(ordered, "train", 0, 1);
+  next(*source, 33, T);
+  const Batch straddling = next(*source, 1, T);
+  for (int t = 0; t < T; ++t) EXPECT_EQ(straddling.inputs[size_t(t)], 297 + t);
+}
+
+TEST_F(TokenFile, AValFileThatDataPathAlsoNamesIsRefused) {
+  write_llmc_shard(path("d_train_000001.bin"), iota_tokens(500));
+  write_llmc_shard(path("d_val_000000.bin"), iota_tokens(100));
+  Config cfg = file_config("d_*.bin");
+  cfg.data.val_path = path("d_val_000000.bin");
+  expect_bad(cfg, "data.val_path's file '" + path("d_val_000000.bin") +
+                      "' is also one of data.path's ('" + path("d_*.bin") +
+                      "'): the run would train on its val data");
+  cfg.data.path = path("d_train_*.bin");
+  cfg.data.val_path = path("d_val_*.bin");
+  EXPECT_NO_THROW(make_data_source(cfg, "train", 0, 1));
+  EXPECT_NO_THROW(make_data_source(cfg, "val", 0, 1));
 }
 
 TEST(Data, FileSourceWithoutPathIsAnInputError) {
