@@ -13,6 +13,7 @@
 
 #include "core/cuda/device.h"
 #include "core/threads.h"
+#include "train/llmc_shard.h"
 
 namespace {
 
@@ -319,6 +320,82 @@ TEST(Cli, OpenMpBindingKeepsEveryCpu) {
   unsetenv("OMP_PROC_BIND");
   unsetenv("OMP_PLACES");
   EXPECT_EQ(bound, unbound);
+}
+
+// Writes N tokens below 256 (tiny.yaml's vocabulary) as an llm.c shard at PATH.
+void WriteTinyShard(const fs::path& path, size_t n, unsigned seed) {
+  std::vector<uint16_t> tokens(n);
+  for (size_t i = 0; i < n; ++i) tokens[i] = uint16_t((i * 31 + seed * 7 + i / 5) % 256);
+  ringstep::write_llmc_shard(path.string(), tokens);
+}
+
+// llm.c's shards train tiny.yaml from the command line: a quoted glob of train shards and a
+// val shard, as configs/gpt2-124m.yaml and docs/data.md tell a user to pass them.
+TEST(Cli, TrainsOnLlmcShards) {
+  fs::path dir = Temp("llmc");
+  for (unsigned s = 0; s < 3; ++s)
+    WriteTinyShard(dir / ("tiny_train_00000" + std::to_string(s) + ".bin"), 1500, s);
+  WriteTinyShard(dir / "tiny_val_000000.bin", 600, 9);
+  const std::string data =
+      " --set data.source=file --set 'data.path=" + (dir / "tiny_train_*.bin").string() +
+      "' --set data.val_path=" + (dir / "tiny_val_000000.bin").string();
+  const std::string quick =
+      " --set train.steps=2 --set train.eval_batches=1 --set run.threads=1"
+      " --set profile.peak_gflops=100 --set profile.trace_steps=[]";
+  for (const std::string format : {"auto", "llmc"}) {
+    const fs::path run = dir / ("run-" + format);
+    Result r = RunCli("train " + Tiny() + " --set run.out_dir=" + run.string() + data + quick +
+                      " --set data.format=" + format);
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("3 files matching '" + (dir / "tiny_train_*.bin").string() +
+                            "' (llm.c shards): 4500 tokens"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(LineCount(run / "steps.jsonl"), 2u);
+    EXPECT_TRUE(fs::exists(run / "summary.json"));
+  }
+  fs::remove_all(dir);
+}
+
+// Every bad shard exits 2 naming the file and what is wrong, and writes no run directory.
+TEST(Cli, BadLlmcShardsExitWithCodeTwoAndWriteNothing) {
+  fs::path dir = Temp("badllmc");
+  const std::string run = " --set run.out_dir=" + (dir / "run").string();
+  const std::string file = run + " --set data.source=file --set data.path=";
+  WriteTinyShard(dir / "good.bin", 1000, 0);
+  ExpectBadInput("train " + Tiny() + run + " --set data.source=file --set 'data.path=" +
+                     (dir / "*_train_*.bin").string() + "'",
+                 "data.path '" + (dir / "*_train_*.bin").string() + "': no file matches", dir);
+  ExpectBadInput(
+      "train " + Tiny() + file + (dir / "good.bin").string() + " --set data.format=ringstep",
+      "good.bin: not a ringstep token file", dir);
+  ExpectBadInput(
+      "train " + Tiny() + file + (dir / "good.bin").string() + " --set model.vocab_size=128",
+      "good.bin: token 5 (byte offset 1034) is 156, not below model.vocab_size 128", dir);
+  ExpectBadInput("train " + Tiny() + file + (dir / "good.bin").string() +
+                     " --set data.val_path=" + (dir / "good.bin").string(),
+                 "the run would train on its val data", dir);
+  ExpectBadInput("train " + Tiny() + file + dir.string(), "is a directory; name a token file", dir);
+  fs::copy_file(dir / "good.bin", dir / "cut.bin");
+  fs::resize_file(dir / "cut.bin", fs::file_size(dir / "cut.bin") - 1);
+  ExpectBadInput("train " + Tiny() + file + (dir / "cut.bin").string(),
+                 "cut.bin: truncated: header says 1000 tokens (3024 bytes) but file has 3023", dir);
+  fs::resize_file(dir / "cut.bin", 1000);
+  ExpectBadInput("train " + Tiny() + file + (dir / "cut.bin").string(),
+                 "cut.bin: truncated: file has 1000 bytes, less than the 1024-byte header", dir);
+  WriteTinyShard(dir / "empty.bin", 0, 0);
+  ExpectBadInput("train " + Tiny() + file + (dir / "empty.bin").string(),
+                 "empty.bin: holds no tokens", dir);
+  {
+    std::ofstream v2(dir / "v2.bin", std::ios::binary);
+    // 20240520, version 2, 1 token
+    const std::array<unsigned char, 12> header = {0x88, 0xd8, 0x34, 0x01, 2, 0, 0, 0, 1, 0, 0, 0};
+    v2.write(reinterpret_cast<const char*>(header.data()), header.size());
+    v2 << std::string(1024 - 12 + 2, '\0');
+  }
+  ExpectBadInput("train " + Tiny() + file + (dir / "v2.bin").string(),
+                 "v2.bin: unsupported llm.c shard version 2 (expected 1)", dir);
+  fs::remove_all(dir);
 }
 
 TEST(Cli, HelpExitsZero) {
