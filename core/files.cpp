@@ -123,6 +123,8 @@ void write_file_atomic(const std::string& path, std::string_view text, bool sync
     ::unlink(tmp.c_str());
     throw io_fault("rename '" + tmp + "' to", path, err);
   }
+}
+
 MappedFile::MappedFile(const std::string& path, const std::string& what) {
   check_regular_file(path, what);
   // O_NONBLOCK: should PATH have become a FIFO since the check, open must not wait for a writer.
