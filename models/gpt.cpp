@@ -1,5 +1,6 @@
 #include "models/gpt.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -86,11 +87,12 @@ void Gpt::init_host(FlatBuffer& params, uint64_t seed) const {
 }
 
 
-Gpt::Keep Gpt::keep(int layer) const {
-  switch (opt_.recompute) {
+Gpt::Keep Gpt::keep(const GptOptions& opt, int layer) {
+  switch (opt.recompute) {
     case RecomputePolicy::none: return Keep::all;
     case RecomputePolicy::full: return Keep::input;
-    case RecomputePolicy::every_k: return layer % opt_.recompute_k == 0 ? Keep::input : Keep::all;
+    case RecomputePolicy::every_k:
+      return layer % std::max(1, opt.recompute_k) == 0 ? Keep::input : Keep::all;
     case RecomputePolicy::selective: return Keep::selective;
   }
   return Keep::all;
@@ -98,15 +100,15 @@ Gpt::Keep Gpt::keep(int layer) const {
 
 bool Gpt::layer_recomputed(int layer) const { return keep(layer) != Keep::all; }
 
-double Gpt::recompute_flops_per_token() const {
-  const double C = cfg_.d_model, T = cfg_.seq_len;
+double Gpt::recompute_flops_per_token(const ModelConfig& cfg, const GptOptions& opt) {
+  const double C = cfg.d_model, T = cfg.seq_len;
   double flops = 0;
-  for (int l = 0; l < cfg_.n_layers; ++l) {
+  for (int l = 0; l < cfg.n_layers; ++l) {
     // Forward GEMMs of a block are 2 x (3C^2 + C^2 + 4C^2 + 4C^2) per token and causal
     // attention 2 C T (docs/metrics.md). A full recompute stops before the MLP's output
     // projection (backward does not need the block output); selective redoes attention.
-    if (keep(l) == Keep::input) flops += 2.0 * 8 * C * C + 2.0 * C * T;
-    if (keep(l) == Keep::selective) flops += 2.0 * C * T;
+    if (keep(opt, l) == Keep::input) flops += 2.0 * 8 * C * C + 2.0 * C * T;
+    if (keep(opt, l) == Keep::selective) flops += 2.0 * C * T;
   }
   return flops;
 }
@@ -350,9 +352,10 @@ std::vector<std::pair<size_t, size_t>> Gpt::embedding_ranges() const {
 
 size_t Gpt::flops_param_count() const { return reg_.param_count() - reg_.at(wpe_).numel; }
 
-double Gpt::model_flops_per_token() const {
-  return 6.0 * double(flops_param_count()) +
-         6.0 * cfg_.n_layers * cfg_.d_model * double(cfg_.seq_len);
+double Gpt::model_flops_per_token(const ModelConfig& cfg) {
+  const double C = cfg.d_model, T = cfg.seq_len;
+  const double n = gpt_param_estimate(cfg) - T * C;  // without the position embeddings
+  return 6.0 * n + 6.0 * cfg.n_layers * C * T;
 }
 
 }  // namespace ringstep

@@ -92,7 +92,10 @@ class Gpt {
   // Milliseconds the last backward() spent recomputing activations (0 with policy none).
   double last_recompute_ms() const { return recompute_ms_; }
   // Forward FLOPs per token that backward repeats under the recompute policy (for HFU).
-  double recompute_flops_per_token() const;
+  double recompute_flops_per_token() const { return recompute_flops_per_token(cfg_, opt_); }
+  // The same for a model that is not built: a pure function of its config and options
+  // (`train --dry-run` asks it without allocating the parameters).
+  static double recompute_flops_per_token(const ModelConfig& cfg, const GptOptions& opt);
   // Blocks whose activations are not all kept by forward.
   bool layer_recomputed(int layer) const;
   // The contiguous [begin, end) element range of block L's parameters (L = -1: embeddings
@@ -106,7 +109,9 @@ class Gpt {
   // N of the FLOPs formula: parameters without the position embeddings.
   size_t flops_param_count() const;
   // Model FLOPs per token, 6 N + 6 L C T (causal attention counted once).
-  double model_flops_per_token() const;
+  double model_flops_per_token() const { return model_flops_per_token(cfg_); }
+  // The same for a model that is not built, N from gpt_param_estimate.
+  static double model_flops_per_token(const ModelConfig& cfg);
 
  private:
   struct Layer {
@@ -140,7 +145,8 @@ class Gpt {
     uint8_t kept_by;
     bool kept(Keep k) const { return (kept_by >> int(k)) & 1; }
   };
-  Keep keep(int layer) const;
+  Keep keep(int layer) const { return keep(opt_, layer); }
+  static Keep keep(const GptOptions& opt, int layer);
   void init_host(FlatBuffer& params, uint64_t seed) const;  // init() on host memory
   const float* p(size_t i) const { return params_.data() + reg_.at(i).offset; }
   float* g(size_t i) { return grads_.data() + reg_.at(i).offset; }
