@@ -25,9 +25,12 @@ MachineLimits machine_limits() {
   return {double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)), hardware_threads()};
 }
 
-double memory_estimate_bytes(const Config& cfg) {
-  return 4 * sizeof(float) * gpt_param_estimate(cfg.model) + activation_estimate_bytes(cfg);
+MemoryEstimate memory_estimate(const Config& cfg) {
+  const double param_bytes = sizeof(float) * gpt_param_estimate(cfg.model);
+  return {param_bytes, param_bytes, 2 * param_bytes, activation_estimate_bytes(cfg)};
 }
+
+double memory_estimate_bytes(const Config& cfg) { return memory_estimate(cfg).total_bytes(); }
 
 void check_fits_machine(const Config& cfg, const MachineLimits& machine) {
   const int max_threads = kMaxThreadsPerCore * machine.cores;

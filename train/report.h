@@ -35,6 +35,9 @@ MachineInfo measure_machine(int threads);
 double activation_estimate_bytes(const Config& c);
 // Counts for people: 950 -> "950", 13110 -> "13.1k", 10.75e6 -> "10.75M".
 std::string human_count(double x);
+// Bytes for people, in binary units: MiB below 1 GiB, else GiB, two decimals ("20.00 MiB",
+// "1.50 GiB").
+std::string human_bytes(double bytes);
 
 // Shares of the step, in % (0..100) of the summed step time of the steady steps.
 struct StepShares {

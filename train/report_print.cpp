@@ -25,6 +25,16 @@ std::string human_count(double x) {
   return buf;
 }
 
+std::string human_bytes(double bytes) {
+  constexpr double kMiB = 1048576.0, kGiB = 1073741824.0;
+  char buf[48];
+  if (bytes >= kGiB)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / kGiB);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / kMiB);
+  return buf;
+}
+
 namespace {
 
 using ojson = nlohmann::ordered_json;

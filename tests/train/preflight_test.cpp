@@ -32,6 +32,17 @@ TEST(Preflight, MemoryIsFourFloatsPerParameterPlusActivations) {
             16 * gpt_param_estimate(cfg.model) + activation_estimate_bytes(cfg));
 }
 
+// The parts the log header's memory line names, summing to what the preflight compares.
+TEST(Preflight, MemoryEstimateSplitsIntoParameterStateAndActivations) {
+  Config cfg;
+  const MemoryEstimate m = memory_estimate(cfg);
+  EXPECT_EQ(m.params_bytes, 4 * gpt_param_estimate(cfg.model));
+  EXPECT_EQ(m.grads_bytes, m.params_bytes);
+  EXPECT_EQ(m.optimizer_bytes, 2 * m.params_bytes);
+  EXPECT_EQ(m.activations_bytes, activation_estimate_bytes(cfg));
+  EXPECT_EQ(m.total_bytes(), memory_estimate_bytes(cfg));
+}
+
 TEST(Preflight, RefusesAModelLargerThanRamBeforeBuildingIt) {
   Config cfg;
   cfg.model.n_layers = 2147483000;

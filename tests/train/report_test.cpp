@@ -314,5 +314,13 @@ TEST(Report, RunReportPrintsOneJsonObject) {
   EXPECT_EQ(j["roofline"]["products"][0]["bound"].is_string(), true);
 }
 
+// Memory for people (train --dry-run, the report): MiB below a GiB, GiB from one.
+TEST(Report, HumanBytesInMibThenGib) {
+  EXPECT_EQ(human_bytes(0), "0.00 MiB");
+  EXPECT_EQ(human_bytes(52.86 * 1048576), "52.86 MiB");
+  EXPECT_EQ(human_bytes(1023.0 * 1048576), "1023.00 MiB");
+  EXPECT_EQ(human_bytes(1536.0 * 1048576), "1.50 GiB");
+}
+
 }  // namespace
 }  // namespace ringstep
