@@ -105,6 +105,14 @@ int local_rank() {
   return launcher_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0, 0);
 }
 
+int launcher_rank() {
+  return launcher_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0, 0);
+}
+
+int launcher_world_size() {
+  return launcher_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 1, 1);
+}
+
 void set_compute_threads(int n) {
   omp_set_num_threads(n);
   omp_set_max_active_levels(1);

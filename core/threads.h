@@ -27,6 +27,11 @@ int resolve_threads(int requested, int local_ranks, int hardware);
 int local_rank_count();
 // This rank's index among the ranks on its node, from the same environment; 0 when none is set.
 int local_rank();
+// This process's rank in the job and the job's rank count, from the same launchers'
+// environment, for what must know them without starting MPI (`train --dry-run`); 0 and 1
+// when none is set.
+int launcher_rank();
+int launcher_world_size();
 // Sets OpenMP, Eigen and (when linked) OpenBLAS to n threads each, and keeps one OpenMP
 // level active: a parallel region opened inside another runs on the thread that opens it
 // (the kernels rely on it to call parallel ops from inside their own regions).

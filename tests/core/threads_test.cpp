@@ -55,6 +55,29 @@ TEST(Threads, LocalRankFromEnvironment) {
   for (const char* var : vars) unsetenv(var);
 }
 
+// The job's rank and size before MPI starts (`train --dry-run`): Open MPI's, then MPICH's
+// PMI, then Slurm's; a size of 0 or junk is no size.
+TEST(Threads, LauncherRankAndWorldSizeFromEnvironment) {
+  const char* vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID",
+                        "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
+  for (const char* var : vars) unsetenv(var);
+  EXPECT_EQ(launcher_rank(), 0);
+  EXPECT_EQ(launcher_world_size(), 1);
+  setenv("SLURM_PROCID", "5", 1);
+  setenv("SLURM_NTASKS", "16", 1);
+  EXPECT_EQ(launcher_rank(), 5);
+  EXPECT_EQ(launcher_world_size(), 16);
+  setenv("PMI_RANK", "2", 1);
+  setenv("PMI_SIZE", "0", 1);
+  EXPECT_EQ(launcher_rank(), 2);
+  EXPECT_EQ(launcher_world_size(), 16);
+  setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  EXPECT_EQ(launcher_rank(), 0);
+  EXPECT_EQ(launcher_world_size(), 4);
+  for (const char* var : vars) unsetenv(var);
+}
+
 TEST(Threads, SetComputeThreadsReachesOpenMpAndEigen) {
   const int omp_before = omp_get_max_threads();
   const int eigen_before = Eigen::nbThreads();
