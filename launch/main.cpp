@@ -10,6 +10,7 @@
 #include "core/cpu/blas_env.h"
 #include "core/error.h"
 #include "launch/commands.h"
+#include "launch/version.h"
 #include "train/report.h"
 #include "train/trainer.h"
 
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
       "ringstep: a distributed training performance framework (GPT, ring AllReduce, "
       "profiler)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_line, "Print the version and the build, and exit");
 
   std::string config_path;
   std::vector<std::string> overrides;
@@ -69,6 +71,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);

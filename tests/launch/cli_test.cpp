@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include "core/cuda/device.h"
@@ -401,7 +402,18 @@ TEST(Cli, BadLlmcShardsExitWithCodeTwoAndWriteNothing) {
 TEST(Cli, HelpExitsZero) {
   Result r = RunCli("--help");
   EXPECT_EQ(r.code, 0);
-  EXPECT_NE(r.output.find("train"), std::string::npos);
+  for (const char* sub : {"train", "prepare", "report", "export", "bench", "--version"})
+    EXPECT_NE(r.output.find(sub), std::string::npos) << sub << "\n" << r.output;
+}
+
+// The version and the commit the binary was built from, or "unknown" outside a git checkout.
+TEST(Cli, VersionNamesTheBuild) {
+  Result r = RunCli("--version");
+  EXPECT_EQ(r.code, 0) << r.output;
+  const std::regex line(
+      "ringstep [0-9]+\\.[0-9]+\\.[0-9]+ \\(git ([0-9a-f]{7,40}(-dirty)?|unknown), \\w+ build, "
+      "CUDA backend (on|off), .*, sgemm kernel [\\w-]+\\)\n");
+  EXPECT_TRUE(std::regex_match(r.output, line)) << r.output;
 }
 
 }  // namespace
