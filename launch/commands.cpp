@@ -33,7 +33,8 @@ void add_bench_subcommands(CLI::App& bench, BenchCommand& opts) {
       ->check(CLI::NonNegativeNumber);
   ar->add_option("--warmup", opts.warmup, "Warm-up iterations per size (0 = by size)")
       ->check(CLI::NonNegativeNumber);
-  ar->add_option("--json", opts.json_path, "Write one JSON object per row to FILE");
+  ar->add_option("--json", opts.json_path, "Write one JSON object per row to FILE")
+      ->type_name("FILE");
 }
 
 namespace {

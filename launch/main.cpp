@@ -21,19 +21,30 @@ int main(int argc, char** argv) {
       "ringstep: a distributed training performance framework (GPT, ring AllReduce, "
       "profiler)"};
   app.require_subcommand(1);
+  app.footer("Each command's options: ringstep COMMAND --help (docs/design.md, \"The command\").");
   app.set_version_flag("--version", version_line, "Print the version and the build, and exit");
 
   std::string config_path;
   std::vector<std::string> overrides;
   CLI::App* train_cmd = app.add_subcommand("train", "Train a GPT from a YAML config");
   train_cmd->add_option("config", config_path, "Experiment config (YAML)")->required();
-  train_cmd->add_option("--set", overrides, "Override a config key: --set train.lr=1e-3")
+  train_cmd
+      ->add_option("--set", overrides,
+                   "Override a config key (VALUE is YAML), repeatable: --set train.lr=1e-3 "
+                   "--set model.n_layers=8")
       ->type_name("KEY=VALUE");
+  train_cmd->footer(
+      "Every config key, its default and range: docs/configs.md. What a run prints and "
+      "writes: docs/logs.md.");
 
   std::string prep_in, prep_out;
   CLI::App* prep_cmd = app.add_subcommand("prepare", "Turn a text file into byte-level tokens");
-  prep_cmd->add_option("--input", prep_in, "Text file")->required();
-  prep_cmd->add_option("--output", prep_out, "Token file to write")->required();
+  prep_cmd->add_option("--input", prep_in, "Text file, one token per byte")
+      ->type_name("FILE")
+      ->required();
+  prep_cmd->add_option("--output", prep_out, "Token file to write (docs/formats.md)")
+      ->type_name("FILE")
+      ->required();
 
   std::string report_dir;
   bool report_json = false;
@@ -45,10 +56,13 @@ int main(int argc, char** argv) {
   CLI::App* export_cmd =
       app.add_subcommand("export", "Write a checkpoint's weights as safetensors (GPT-2 names)");
   export_cmd->add_option("path", export_path, "Run directory or checkpoint directory")->required();
-  export_cmd->add_option("--output", export_out, "The .safetensors file to write")->required();
+  export_cmd->add_option("--output", export_out, "The .safetensors file to write")
+      ->type_name("FILE")
+      ->required();
 
   BenchCommand bench;
-  CLI::App* bench_cmd = app.add_subcommand("bench", "Micro-benchmarks");
+  CLI::App* bench_cmd = app.add_subcommand(
+      "bench", "Micro-benchmarks, under mpirun (bench allreduce: a bandwidth table)");
   bench_cmd->require_subcommand(1);
   add_bench_subcommands(*bench_cmd, bench);
 

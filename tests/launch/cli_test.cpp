@@ -406,6 +406,15 @@ TEST(Cli, HelpExitsZero) {
     EXPECT_NE(r.output.find(sub), std::string::npos) << sub << "\n" << r.output;
 }
 
+// `train --help` says where every key and every printed number is explained, and how --set
+// is written.
+TEST(Cli, TrainHelpPointsAtTheDocs) {
+  Result r = RunCli("train --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* s : {"docs/configs.md", "docs/logs.md", "KEY=VALUE", "--set train.lr=1e-3"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+}
+
 // The version and the commit the binary was built from, or "unknown" outside a git checkout.
 TEST(Cli, VersionNamesTheBuild) {
   Result r = RunCli("--version");
