@@ -18,6 +18,12 @@ struct BenchCommand {
 void add_bench_subcommands(CLI::App& bench, BenchCommand& opts);
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides, int argc,
               char** argv);
+// `ringstep train CONFIG --dry-run [--ranks N]`: checks CONFIG as `train` does (exit 2 with
+// the same messages), then prints, on rank 0 only, the effective config and what a run of it
+// would need (launch/dry_run.cpp). Starts no MPI, builds nothing, writes nothing. RANKS 0 =
+// the world size of the launcher's environment (1 without one).
+int run_train_dry_run(const std::string& config_path, const std::vector<std::string>& overrides,
+                      int ranks);
 int run_prepare(const std::string& input, const std::string& output);
 // `ringstep export RUN_DIR|CHECKPOINT --output FILE`: the checkpoint's weights as
 // safetensors under GPT-2 names (train/export.h).

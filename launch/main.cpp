@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
 
   std::string config_path;
   std::vector<std::string> overrides;
+  bool dry_run = false;
+  int dry_run_ranks = 0;
   CLI::App* train_cmd = app.add_subcommand("train", "Train a GPT from a YAML config");
   train_cmd->add_option("config", config_path, "Experiment config (YAML)")->required();
   train_cmd
@@ -33,6 +35,16 @@ int main(int argc, char** argv) {
                    "Override a config key (VALUE is YAML), repeatable: --set train.lr=1e-3 "
                    "--set model.n_layers=8")
       ->type_name("KEY=VALUE");
+  CLI::Option* dry_run_flag = train_cmd->add_flag(
+      "--dry-run", dry_run,
+      "Check the config, print it with the run's memory, FLOPs and batch, and exit "
+      "(starts no MPI, writes nothing)");
+  train_cmd
+      ->add_option("--ranks", dry_run_ranks,
+                   "With --dry-run: the world size to assume (default: the launcher's)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1 << 20).description(""))
+      ->needs(dry_run_flag);
   train_cmd->footer(
       "Every config key, its default and range: docs/configs.md. What a run prints and "
       "writes: docs/logs.md.");
@@ -94,6 +106,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (*train_cmd && dry_run) return run_train_dry_run(config_path, overrides, dry_run_ranks);
     if (*train_cmd) return run_train(config_path, overrides, argc, argv);
     if (*prep_cmd) return run_prepare(prep_in, prep_out);
     if (*bench_cmd) return run_bench(bench, argc, argv);

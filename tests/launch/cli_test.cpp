@@ -11,10 +11,14 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
+#include "core/config.h"
 #include "core/cuda/device.h"
 #include "core/threads.h"
 #include "train/llmc_shard.h"
+#include "train/preflight.h"
+#include "train/report.h"
 
 namespace {
 
@@ -25,8 +29,9 @@ struct Result {
   std::string output;
 };
 
-Result RunCli(const std::string& args) {
-  std::string cmd = std::string(RINGSTEP_BINARY) + " " + args + " 2>&1";
+// Runs `ringstep ARGS` with its stderr going to STDERR ("&1": into the output).
+Result RunCli(const std::string& args, const std::string& stderr_to = "&1") {
+  std::string cmd = std::string(RINGSTEP_BINARY) + " " + args + " 2>" + stderr_to;
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -411,7 +416,8 @@ TEST(Cli, HelpExitsZero) {
 TEST(Cli, TrainHelpPointsAtTheDocs) {
   Result r = RunCli("train --help");
   EXPECT_EQ(r.code, 0);
-  for (const char* s : {"docs/configs.md", "docs/logs.md", "KEY=VALUE", "--set train.lr=1e-3"})
+  for (const char* s : {"docs/configs.md", "docs/logs.md", "KEY=VALUE", "--set train.lr=1e-3",
+                        "--dry-run", "--ranks"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
 }
 
@@ -423,6 +429,76 @@ TEST(Cli, VersionNamesTheBuild) {
       "ringstep [0-9]+\\.[0-9]+\\.[0-9]+ \\(git ([0-9a-f]{7,40}(-dirty)?|unknown), \\w+ build, "
       "CUDA backend (on|off), .*, sgemm kernel [\\w-]+\\)\n");
   EXPECT_TRUE(std::regex_match(r.output, line)) << r.output;
+}
+
+// The output of a dry run is the effective config (a YAML document that loads back to the
+// config `train` would run) with the estimates as comments; it writes nothing.
+TEST(Cli, DryRunPrintsTheEffectiveConfigAndEstimatesAndWritesNothing) {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                          "SLURM_PROCID", "SLURM_NTASKS"})
+    unsetenv(var);
+  fs::path dir = Temp("dryrun");
+  const std::vector<std::string> overrides = {"run.out_dir=" + (dir / "run").string(),
+                                              "train.steps=7", "precision.dtype=bf16",
+                                              "recompute.policy=full"};
+  std::string args = "train " + Tiny() + " --dry-run";
+  for (const std::string& o : overrides) args += " --set " + o;
+  Result r = RunCli(args, "/dev/null");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+
+  const ringstep::Config loaded = ringstep::load_config(Tiny(), overrides);
+  ringstep::Config printed = ringstep::parse_config(r.output, "dry-run output");
+  printed.source_path = loaded.source_path;
+  EXPECT_EQ(printed, loaded) << r.output;
+  const std::string memory =
+      ringstep::human_bytes(ringstep::memory_estimate_bytes(loaded)) + " per rank";
+  EXPECT_NE(r.output.find(memory), std::string::npos) << memory << "\n" << r.output;
+  for (const char* s : {"# on 1 rank (", " MFLOP/token model", "recompute  full: +", "tokens/step",
+                        "(the dry run writes nothing there)"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+
+  // The world size: --ranks, else the launcher's; under a launcher only rank 0 prints.
+  Result four = RunCli(args + " --ranks 4");
+  EXPECT_EQ(four.code, 0) << four.output;
+  EXPECT_NE(four.output.find("8 micro x 2 accum x 4 ranks = 64 sequences"), std::string::npos)
+      << four.output;
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  Result rank1 = RunCli(args);
+  EXPECT_EQ(rank1.code, 0) << rank1.output;
+  EXPECT_EQ(rank1.output, "");
+  setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  Result rank0 = RunCli(args);
+  EXPECT_NE(rank0.output.find("x 2 ranks = 32 sequences"), std::string::npos) << rank0.output;
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  EXPECT_FALSE(fs::exists(dir / "run"));
+  fs::remove_all(dir);
+}
+
+// A dry run refuses what `train` refuses, with the same message, and --ranks belongs to it.
+TEST(Cli, DryRunRefusesBadConfigsLikeTrain) {
+  fs::path dir = Temp("dryrunbad");
+  const std::string train = "train " + Tiny() + " --set run.out_dir=" + (dir / "run").string();
+  const std::vector<std::string> bad_sets = {
+      " --set train.lrr=1",
+      " --set model.n_heads=3",
+      " --set run.threads=50000",
+      " --set model.n_layers=2147483000",
+      " --set train.global_batch=7",
+      " --set run.out_dir=" + (dir / std::string(300, 'n')).string()};
+  for (const std::string& bad : bad_sets) {
+    const Result real = RunCli(train + bad);
+    const Result dry = RunCli(train + bad + " --dry-run");
+    EXPECT_EQ(real.code, 2) << bad << "\n" << real.output;
+    EXPECT_EQ(dry.code, 2) << bad << "\n" << dry.output;
+    EXPECT_EQ(dry.output, real.output) << bad;
+  }
+  ExpectBadInput(train + " --dry-run --set train.global_batch=16 --ranks 2", "global_batch", dir);
+  ExpectBadInput(train + " --dry-run --ranks 0", "--ranks", dir);
+  ExpectBadInput(train + " --ranks 2", "--ranks requires --dry-run", dir);
+  fs::remove_all(dir);
 }
 
 }  // namespace
