@@ -501,4 +501,20 @@ TEST(Cli, DryRunRefusesBadConfigsLikeTrain) {
   fs::remove_all(dir);
 }
 
+// Its --help prints its header comment, without the comment marks, and nothing after it.
+TEST(Cli, MpirunWrapperHelpIsItsHeaderOnly) {
+  const std::string cmd = std::string(RINGSTEP_SOURCE_DIR) + "/launch/ringstep-mpirun --help 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
+  const int status = pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find("ringstep-mpirun -n 2 configs/tiny.yaml"), std::string::npos) << out;
+  EXPECT_NE(out.find("RINGSTEP_BIN"), std::string::npos) << out;
+  EXPECT_EQ(out.find("set -e"), std::string::npos) << out;
+  EXPECT_EQ(out.find("#"), std::string::npos) << out;
+}
+
 }  // namespace
