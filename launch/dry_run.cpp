@@ -66,13 +66,14 @@ void print_memory(const Config& cfg) {
 
 int run_train_dry_run(const std::string& config_path, const std::vector<std::string>& overrides,
                       int ranks) {
-  // The checks of run_train and the Trainer's constructor, in their order, but for the data
-  // and checkpoint files, which a dry run does not read.
+  // The checks `train` makes before it builds the model, in its order, but for the data and
+  // checkpoint files, which a dry run does not read. Without MPI the ranks cannot agree on
+  // one message, so each rank that meets an error prints it.
   const Config cfg = load_config(config_path, overrides);
-  check_creatable(cfg.run.out_dir);
-  check_fits_machine(cfg, machine_limits());
   const int world = ranks > 0 ? ranks : launcher_world_size();
   validate_for_world(cfg, world);
+  check_creatable(cfg.run.out_dir);
+  check_fits_machine(cfg, machine_limits());
   runtime(cfg.run.device, "run.device");
   if (launcher_rank() != 0) return 0;
 
