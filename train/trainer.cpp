@@ -464,6 +464,9 @@ void Trainer::record_end_state(TrainOutcome& out) const {
   FlatBuffer host_copy;
   const FlatBuffer& params = on_host(model_.params(), host_copy);
   out.params_fnv1a64 = fnv1a64(params.data(), params.bytes());
+  double sq = 0;
+  for (size_t i = 0; i < params.size(); ++i) sq += double(params.data()[i]) * params.data()[i];
+  out.params_l2 = std::sqrt(sq);
 }
 
 // A signal asked the run to stop: save where it is and return without evaluating.

@@ -39,6 +39,7 @@ struct TrainOutcome {
   int64_t optimizer_steps = 0;      // steps applied (Adam's step count)
   float final_val_loss = 0;
   uint64_t params_fnv1a64 = 0;  // fnv1a64 of the final parameter buffer's bytes
+  double params_l2 = 0;         // the L2 norm of the final parameters, in double
   int resumed_step = 0;         // the checkpoint's step it resumed from; 0 = a fresh start
   std::string last_checkpoint;  // path of the last checkpoint this run saved, if any
   bool preempted = false;       // stopped by SIGTERM/SIGINT after saving (train/preempt.h)
