@@ -83,7 +83,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
       cfg = load_config(config_path, overrides);
       validate_for_world(cfg, world.size());
       check_creatable(cfg.run.out_dir);
-      check_fits_machine(cfg, machine_limits());
+      check_fits_machine(cfg, machine_limits(cfg.run.device));
       for (const char* split : {"train", "val"})
         make_data_source(cfg, split, world.rank(), world.size());
     });

@@ -54,12 +54,13 @@ void print_memory(const Config& cfg) {
   const MemoryEstimate e = memory_estimate(cfg);
   std::printf(
       "#   memory     %s per rank (estimate): params %s, grads %s, optimizer %s (AdamW "
-      "moments),\n#              activations %s (Korthikanti et al. 2022, recompute %s); this "
-      "machine has %s of RAM\n",
+      "moments),\n#              activations %s (Korthikanti et al. 2022, recompute %s); %s "
+      "has %s\n",
       human_bytes(e.total_bytes()).c_str(), human_bytes(e.params_bytes).c_str(),
       human_bytes(e.grads_bytes).c_str(), human_bytes(e.optimizer_bytes).c_str(),
       human_bytes(e.activations_bytes).c_str(), name(cfg.recompute.policy),
-      human_bytes(machine_limits().ram_bytes).c_str());
+      machine_limits(cfg.run.device).memory_of.c_str(),
+      human_bytes(machine_limits(cfg.run.device).memory_bytes).c_str());
 }
 
 }  // namespace
@@ -73,8 +74,7 @@ int run_train_dry_run(const std::string& config_path, const std::vector<std::str
   const int world = ranks > 0 ? ranks : launcher_world_size();
   validate_for_world(cfg, world);
   check_creatable(cfg.run.out_dir);
-  check_fits_machine(cfg, machine_limits());
-  runtime(cfg.run.device, "run.device");
+  check_fits_machine(cfg, machine_limits(cfg.run.device));
   if (launcher_rank() != 0) return 0;
 
   std::printf(

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/runtime.h"
 #include "core/threads.h"
 #include "models/gpt.h"
 #include "train/report.h"
@@ -21,8 +22,10 @@ std::string gib(double bytes) {
 
 }  // namespace
 
-MachineLimits machine_limits() {
-  return {double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)), hardware_threads()};
+MachineLimits machine_limits(Device device) {
+  Runtime& rt = runtime(device, "run.device");
+  return {double(rt.memory().total_bytes), hardware_threads(),
+          rt.host_memory() ? "this machine" : "the GPU (" + rt.device_name() + ")"};
 }
 
 MemoryEstimate memory_estimate(const Config& cfg) {
@@ -41,11 +44,11 @@ void check_fits_machine(const Config& cfg, const MachineLimits& machine) {
                      " cores this rank may use; set it lower or to auto");
   }
   const double need = memory_estimate_bytes(cfg);
-  if (machine.ram_bytes > 0 && need > machine.ram_bytes) {
+  if (machine.memory_bytes > 0 && need > machine.memory_bytes) {
     throw InputError("the model (" + std::to_string(cfg.model.n_layers) + " layers, d_model " +
                      std::to_string(cfg.model.d_model) +
                      "; parameters, gradients, AdamW moments and activations) needs " + gib(need) +
-                     ", this machine has " + gib(machine.ram_bytes));
+                     ", " + machine.memory_of + " has " + gib(machine.memory_bytes));
   }
 }
 

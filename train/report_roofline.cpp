@@ -122,7 +122,7 @@ MachineInfo measure_machine(int threads) {
   MachineInfo m;
   m.mem_bandwidth_gbs = 3.0 * double(n) * sizeof(float) / best_s / 1e9;
   m.bandwidth_threads = threads;
-  m.ram_bytes = machine_limits().ram_bytes;
+  m.ram_bytes = machine_limits().memory_bytes;
   return m;
 }
 

@@ -50,6 +50,10 @@ TEST(Preflight, RefusesAModelLargerThanRamBeforeBuildingIt) {
   EXPECT_NE(msg.find("needs "), std::string::npos) << msg;
   EXPECT_NE(msg.find(" GiB, this machine has 1.0 GiB"), std::string::npos) << msg;
   EXPECT_EQ(error_of(Config{}, {double(1 << 30), 2}), "");
+  // On a GPU the model must fit the GPU's memory, and the message says so.
+  EXPECT_NE(error_of(cfg, {double(1 << 30), 2, "the GPU (NVIDIA H200)"})
+                .find(", the GPU (NVIDIA H200) has 1.0 GiB"),
+            std::string::npos);
 }
 
 TEST(Preflight, RefusesMoreThanFourThreadsPerCore) {
