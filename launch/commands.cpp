@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 
 #include "comm/bench.h"
@@ -10,6 +11,7 @@
 #include "core/checksum.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "models/gpt.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -99,15 +101,40 @@ int run_prepare(const std::string& input, const std::string& output) {
   return 0;
 }
 
+namespace {
+
+// The step of a checkpoint directory named step-N.
+int64_t checkpoint_step(const std::string& dir) {
+  return std::stoll(std::filesystem::path(dir).filename().string().substr(5));
+}
+
+}  // namespace
+
 int run_export(const std::string& path, const std::string& output) {
   if (output.empty()) throw InputError("export: --output is empty; name the .safetensors file");
-  const std::string dir = checkpoint_at(path);
-  const Config cfg = load_config(dir + "/config.yaml");
-  Gpt model(cfg.model, {cfg.precision.dtype, cfg.recompute.policy, cfg.recompute.k});
-  load_checkpoint_params(dir, cfg, model.params());
-  export_safetensors(model, output);
-  std::printf("ringstep export: %s (%zu parameters) -> %s\n", dir.c_str(), model.param_count(),
-              output.c_str());
+  try {
+    // A finished run's own weights (final.safetensors), unless a checkpoint is newer.
+    const std::string final_weights = path + "/" + kFinalWeights;
+    if (std::filesystem::is_directory(path) && std::filesystem::exists(final_weights)) {
+      const std::string newest = newest_checkpoint(path + "/checkpoints", true);
+      const int64_t step = safetensors_step(final_weights);
+      if (newest.empty() || step >= checkpoint_step(newest)) {
+        write_file_atomic(output, read_regular_file(final_weights, kNoSizeLimit, "final weights"));
+        std::printf("ringstep export: %s (step %lld) -> %s\n", final_weights.c_str(),
+                    static_cast<long long>(step), output.c_str());
+        return 0;
+      }
+    }
+    const std::string dir = checkpoint_at(path);
+    const Config cfg = load_config(dir + "/config.yaml");
+    Gpt model(cfg.model, {cfg.precision.dtype, cfg.recompute.policy, cfg.recompute.k});
+    load_checkpoint_params(dir, cfg, model.params());
+    export_safetensors(model, output);
+    std::printf("ringstep export: %s (%zu parameters) -> %s\n", dir.c_str(), model.param_count(),
+                output.c_str());
+  } catch (const SystemFault& e) {
+    throw InputError("export: " + std::string(e.what()));  // the --output named is the user's
+  }
   return 0;
 }
 

@@ -114,7 +114,7 @@ Gpt2Name gpt2_name(const std::string& registry_name) {
   return {name, matrix};
 }
 
-void export_safetensors(const Gpt& model, const std::string& path) {
+void export_safetensors(const Gpt& model, const std::string& path, int64_t step) {
   const ModelConfig& mc = model.config();
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"},
@@ -123,13 +123,16 @@ void export_safetensors(const Gpt& model, const std::string& path) {
                             {"n_embd", std::to_string(mc.d_model)},
                             {"vocab_size", std::to_string(mc.vocab_size)},
                             {"n_positions", std::to_string(mc.seq_len)}};
+  if (step >= 0) header["__metadata__"]["step"] = std::to_string(step);
+  FlatBuffer host_copy;
+  const FlatBuffer& params = on_host(model.params(), host_copy);
   std::string data;
   for (const TensorInfo& t : model.registry().tensors()) {
     const Gpt2Name g = gpt2_name(t.name);
     std::vector<int64_t> shape = t.shape;
     if (g.transposed) std::swap(shape[0], shape[1]);
     const size_t begin = data.size();
-    data += tensor_bytes(model.params().at(t), t, g.transposed);
+    data += tensor_bytes(params.at(t), t, g.transposed);
     header[g.name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {begin, data.size()}}};
   }
   std::string head = header.dump();
@@ -137,10 +140,20 @@ void export_safetensors(const Gpt& model, const std::string& path) {
   std::string file(8, '\0');
   const uint64_t n = head.size();
   put_le(reinterpret_cast<unsigned char*>(file.data()), n, 8);
+  write_file_atomic(path, file + head + data);
+}
+
+int64_t safetensors_step(const std::string& path) {
+  const std::string file = read_regular_file(path, kNoSizeLimit, "safetensors file");
+  const nlohmann::json meta =
+      safetensors_header(file, path).first.value("__metadata__", nlohmann::json::object());
+  const auto step = meta.find("step");
+  if (step == meta.end() || !step->is_string()) return -1;
   try {
-    write_file_atomic(path, file + head + data);
-  } catch (const std::exception& e) {
-    throw InputError("export: " + std::string(e.what()));
+    return std::stoll(step->get<std::string>());
+  } catch (const std::exception&) {
+    throw InputError(path + ": __metadata__ step '" + excerpt(step->get<std::string>()) +
+                     "' is not a number");
   }
 }
 

@@ -5,6 +5,7 @@
 // docs/formats.md lists the mapping.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace ringstep {
@@ -20,10 +21,15 @@ struct Gpt2Name {
 };
 Gpt2Name gpt2_name(const std::string& registry_name);
 
-// Writes MODEL's parameters (fp32) to PATH through PATH.tmp and a rename, with the model's
-// shape in the header's __metadata__ (n_layer, n_head, n_embd, vocab_size, n_positions).
-// Throws InputError when PATH cannot be written.
-void export_safetensors(const Gpt& model, const std::string& path);
+// Writes MODEL's parameters (fp32, from any device) to PATH through PATH.tmp and a rename,
+// with the model's shape in the header's __metadata__ (n_layer, n_head, n_embd, vocab_size,
+// n_positions) and, when STEP >= 0, the optimizer step they are the weights of ("step").
+// Throws SystemFault when PATH cannot be written.
+void export_safetensors(const Gpt& model, const std::string& path, int64_t step = -1);
+
+// The "step" of the safetensors file at PATH's __metadata__, or -1 when it has none.
+// Throws InputError when PATH is not a safetensors file.
+int64_t safetensors_step(const std::string& path);
 
 // Reads the safetensors file at PATH, written by export_safetensors or any writer of the
 // same names and layouts, into MODEL's parameters. Every parameter must be there as F32

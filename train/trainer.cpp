@@ -519,6 +519,8 @@ TrainOutcome Trainer::run() {
   record_end_state(out);
   end.optimizer_steps = out.optimizer_steps;
   end.activations_peak_bytes = arena_.peak_bytes();
+  if (facts_.rank == 0 && end.stop_reason.empty())
+    export_safetensors(model_, run_dir_.path(kFinalWeights), state_.step);
   if (facts_.rank == 0) write_summary(cfg_, facts_, totals_, state_.scaler, end);
   if (!end.stop_reason.empty()) throw TrainingStopped(end.stop_reason);
   return out;

@@ -230,6 +230,39 @@ TEST(Cli, AFullDiskEndsTheRunWithExitThreeAndWholeRecords) {
   fs::remove_all(dir);
 }
 
+// The tensors of a safetensors file: everything after its JSON header.
+std::string TensorBytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | uint8_t(file.at(size_t(i)));
+  return file.substr(8 + n);
+}
+
+// A finished run leaves its weights (final.safetensors) and `export RUN_DIR` works on it with
+// or without checkpoints; they are the weights of the run's last checkpoint.
+TEST(Cli, AFinishedRunLeavesItsWeightsAndExportsThem) {
+  fs::path dir = Temp("final");
+  const fs::path run = dir / "run";
+  Result r = RunCli("train " + Tiny() + " --set run.out_dir=" + run.string() +
+                    " --set train.steps=3 --set train.eval_batches=1 --set run.threads=1"
+                    " --set profile.peak_gflops=100 --set checkpoint.every=3");
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_TRUE(fs::exists(run / "final.safetensors"));
+  Result e = RunCli("export " + run.string() + " --output " + (dir / "m.safetensors").string());
+  EXPECT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("final.safetensors (step 3)"), std::string::npos) << e.output;
+  Result c = RunCli("export " + (run / "checkpoints" / "step-3").string() + " --output " +
+                    (dir / "c.safetensors").string());
+  EXPECT_EQ(c.code, 0) << c.output;
+  EXPECT_EQ(TensorBytes(dir / "m.safetensors"), TensorBytes(dir / "c.safetensors"));
+  fs::remove_all(run / "checkpoints");  // a run without checkpoints exports as well
+  e = RunCli("export " + run.string() + " --output " + (dir / "m2.safetensors").string());
+  EXPECT_EQ(e.code, 0) << e.output;
+  EXPECT_EQ(TensorBytes(dir / "m2.safetensors"), TensorBytes(dir / "c.safetensors"));
+  fs::remove_all(dir);
+}
+
 // A directory, a FIFO or an endless device where a file is expected: refused before a byte
 // is read, so nothing hangs or fills memory.
 TEST(Cli, OnlyRegularFilesAreRead) {
