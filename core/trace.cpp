@@ -36,7 +36,9 @@ void TraceRecorder::write(const std::string& path, int rank) const {
                       {"dur", double(s.end_ns - s.start_ns) / 1e3},
                       {"args", args}});
   }
-  json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  json doc = {{"traceEvents", events},
+              {"displayTimeUnit", "ms"},
+              {"otherData", {{"rank", rank}, {"clock_sync_ns", clock_sync_ns_}}}};
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

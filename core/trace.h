@@ -4,6 +4,10 @@
 // chrome://tracing open it. Spans on one lane nest or follow each other; overlapping work
 // (communication during backward) sits on its own lane. Not thread-safe: the training
 // thread records, including the comm spans the engine reports after the fact.
+//
+// Each file also carries `otherData.clock_sync_ns`: this rank's clock at a moment all ranks
+// shared (the end of a collective), from which merge_traces (train/trace_merge.h) aligns the
+// ranks' clocks, which differ across nodes.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +23,9 @@ class TraceRecorder {
   void span(Lane lane, const std::string& name, int64_t start_ns, int64_t end_ns, int step,
             size_t bytes = 0);
   bool empty() const { return spans_.empty(); }
-  // Writes the trace atomically (PATH.tmp, then rename). Throws std::runtime_error.
+  // This rank's steady_clock at a moment every rank shares (0: none taken).
+  void set_clock_sync(int64_t ns) { clock_sync_ns_ = ns; }
+  // Writes the trace whole or not at all (core/files.h). Throws SystemFault.
   void write(const std::string& path, int rank) const;
 
  private:
@@ -31,6 +37,7 @@ class TraceRecorder {
     size_t bytes;
   };
   std::vector<Span> spans_;
+  int64_t clock_sync_ns_ = 0;
 };
 
 }  // namespace ringstep

@@ -18,6 +18,7 @@
 #include "train/export.h"
 #include "train/preflight.h"
 #include "train/run_dir.h"
+#include "train/trace_merge.h"
 #include "train/trainer.h"
 
 namespace ringstep {
@@ -135,6 +136,14 @@ int run_export(const std::string& path, const std::string& output) {
   } catch (const SystemFault& e) {
     throw InputError("export: " + std::string(e.what()));  // the --output named is the user's
   }
+  return 0;
+}
+
+int run_trace(const std::string& run_dir, const std::string& output) {
+  const std::string out = output.empty() ? run_dir + "/trace/all.json" : output;
+  const int ranks = merge_traces(run_dir, out);
+  std::printf("ringstep trace: %d rank%s, clocks aligned -> %s (open it in ui.perfetto.dev)\n",
+              ranks, ranks == 1 ? "" : "s", out.c_str());
   return 0;
 }
 

@@ -28,6 +28,9 @@ int run_prepare(const std::string& input, const std::string& output);
 // `ringstep export RUN_DIR|CHECKPOINT --output FILE`: the checkpoint's weights as
 // safetensors under GPT-2 names (train/export.h).
 int run_export(const std::string& path, const std::string& output);
+// `ringstep trace RUN_DIR [--output FILE]`: the ranks' traces as one timeline
+// (train/trace_merge.h); OUTPUT "" = RUN_DIR/trace/all.json.
+int run_trace(const std::string& run_dir, const std::string& output);
 int run_bench(const BenchCommand& opts, int argc, char** argv);
 
 }  // namespace ringstep

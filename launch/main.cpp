@@ -64,6 +64,13 @@ int main(int argc, char** argv) {
   report_cmd->add_option("run_dir", report_dir, "Run directory (run.out_dir)")->required();
   report_cmd->add_flag("--json", report_json, "Print one JSON object instead of text");
 
+  std::string trace_dir, trace_out;
+  CLI::App* trace_cmd = app.add_subcommand(
+      "trace", "Merge the ranks' traces into one clock-aligned timeline (Perfetto)");
+  trace_cmd->add_option("run_dir", trace_dir, "Run directory (run.out_dir)")->required();
+  trace_cmd->add_option("--output", trace_out, "The merged trace (default RUN_DIR/trace/all.json)")
+      ->type_name("FILE");
+
   std::string export_path, export_out;
   CLI::App* export_cmd =
       app.add_subcommand("export", "Write a checkpoint's weights as safetensors (GPT-2 names)");
@@ -112,6 +119,7 @@ int main(int argc, char** argv) {
     if (*bench_cmd) return run_bench(bench, argc, argv);
     if (*report_cmd) return run_report(report_dir, report_json);
     if (*export_cmd) return run_export(export_path, export_out);
+    if (*trace_cmd) return run_trace(trace_dir, trace_out);
   } catch (const AlreadyReported& e) {
     return e.code;
   } catch (const InputError& e) {

@@ -208,6 +208,11 @@ Trainer::StepResult Trainer::step() {
   const bool compressed = s.stage == OneBitStage::compressed;
   const bool under_backward = compressed && cfg_.optimizer.onebit.overlap;
   s.loss_scale = state_.scaler.scale();
+  // Before the window's first step, and outside it: the moment the ranks' traces align on.
+  if (traced && number == w[0]) {
+    if (facts_.world > 1) sync_.gather(0);
+    trace_.set_clock_sync(steady_now_ns());
+  }
   timer_.begin_step();
   model_.grads().zero();
   if (under_backward)  // each bucket's momentum is formed and sent as backward finishes it
