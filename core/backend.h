@@ -82,13 +82,17 @@ class Backend {
   virtual void logits_forward(float* logits, const void* inp, const float* wte, int N, int C, int V,
                               Arena& arena) = 0;
 
-  // Causal self-attention over qkv (B, T, 3C) = q | k | v: att (B, NH, T, T) receives the
-  // softmax probabilities, out (B, T, C) = att @ v with heads side by side (core/cpu/ops.h).
-  virtual void attention_forward(void* out, void* att, const void* qkv, int B, int T, int C, int NH,
-                                 Arena& arena) = 0;
-  // dqkv (B, T, 3C) += the gradient through the op, from dout (B, T, C) and forward's att.
-  virtual void attention_backward(float* dqkv, const float* dout, const void* qkv, const void* att,
-                                  int B, int T, int C, int NH, Arena& arena) = 0;
+  // Causal self-attention over qkv (B, T, 3C) = q | k | v: out (B, T, C) = softmax(q k^T /
+  // sqrt(hs), causal) v with heads side by side (core/cpu/ops.h). STATE receives what
+  // backward needs besides qkv and out, attention_state_bytes long, in the backend's own
+  // format (its header says which: the CPU's probabilities, the GPU's row statistics).
+  virtual size_t attention_state_bytes(int B, int T, int NH) const = 0;
+  virtual void attention_forward(void* out, void* state, const void* qkv, int B, int T, int C,
+                                 int NH, Arena& arena) = 0;
+  // dqkv (B, T, 3C) += the gradient through the op, from dout (B, T, C) and forward's out
+  // and state.
+  virtual void attention_backward(float* dqkv, const float* dout, const void* qkv, const void* out,
+                                  const void* state, int B, int T, int C, int NH, Arena& arena) = 0;
 
   // out (N, C) = GELU(inp), tanh approximation. Elementwise: any (N, C) view of a tensor.
   virtual void gelu_forward(void* out, const void* inp, int N, int C, Arena& arena) = 0;

@@ -119,20 +119,24 @@ void TimedBackend::logits_forward(float* logits, const void* inp, const float* w
 }
 
 // Causal: QK^T and PV over the lower triangle, 2 T^2 hd FLOPs per (sequence, head) in
-// forward, twice that in backward (dQ, dK, dV, dP). Bytes: qkv, the probabilities (the
-// whole (T, T) tile is stored) and the output or its gradient.
-void TimedBackend::attention_forward(void* out, void* att, const void* qkv, int B, int T, int C,
+// forward, twice that in backward (dQ, dK, dV, dP). Bytes: qkv, the saved state (the CPU's
+// whole (T, T) probability tiles) and the output or its gradient.
+void TimedBackend::attention_forward(void* out, void* state, const void* qkv, int B, int T, int C,
                                      int NH, Arena& arena) {
   const double NC = double(B) * T * C, TT = double(B) * NH * T * T, S = act_bytes();
-  time(Op::attention, arena, {2 * NC * T + 5 * TT / 2, S * (3 * NC + TT + NC)},
-       [&] { inner_->attention_forward(out, att, qkv, B, T, C, NH, arena); });
+  const double state_bytes = double(inner_->attention_state_bytes(B, T, NH));
+  time(Op::attention, arena, {2 * NC * T + 5 * TT / 2, S * (3 * NC + NC) + state_bytes},
+       [&] { inner_->attention_forward(out, state, qkv, B, T, C, NH, arena); });
 }
 
 void TimedBackend::attention_backward(float* dqkv, const float* dout, const void* qkv,
-                                      const void* att, int B, int T, int C, int NH, Arena& arena) {
+                                      const void* out, const void* state, int B, int T, int C,
+                                      int NH, Arena& arena) {
   const double NC = double(B) * T * C, TT = double(B) * NH * T * T, S = act_bytes();
-  time(Op::attention, arena, {4 * NC * T + 5 * TT / 2, S * (3 * NC + TT) + 4 * NC + 8 * 3 * NC},
-       [&] { inner_->attention_backward(dqkv, dout, qkv, att, B, T, C, NH, arena); });
+  const double state_bytes = double(inner_->attention_state_bytes(B, T, NH));
+  time(Op::attention, arena,
+       {4 * NC * T + 5 * TT / 2, S * 3 * NC + state_bytes + 4 * NC + 8 * 3 * NC},
+       [&] { inner_->attention_backward(dqkv, dout, qkv, out, state, B, T, C, NH, arena); });
 }
 
 // tanh-GELU: about 8 FLOPs per element forward (the cube, the tanh), 16 backward.

@@ -43,10 +43,13 @@ class TimedBackend final : public Backend {
                        Arena& arena) override;
   void logits_forward(float* logits, const void* inp, const float* wte, int N, int C, int V,
                       Arena& arena) override;
-  void attention_forward(void* out, void* att, const void* qkv, int B, int T, int C, int NH,
+  size_t attention_state_bytes(int B, int T, int NH) const override {
+    return inner_->attention_state_bytes(B, T, NH);
+  }
+  void attention_forward(void* out, void* state, const void* qkv, int B, int T, int C, int NH,
                          Arena& arena) override;
-  void attention_backward(float* dqkv, const float* dout, const void* qkv, const void* att, int B,
-                          int T, int C, int NH, Arena& arena) override;
+  void attention_backward(float* dqkv, const float* dout, const void* qkv, const void* out,
+                          const void* state, int B, int T, int C, int NH, Arena& arena) override;
   void gelu_forward(void* out, const void* inp, int N, int C, Arena& arena) override;
   void gelu_backward(float* d, const void* inp, int N, int C, Arena& arena) override;
   float crossentropy_forward(float* losses, float* probs, const float* logits,

@@ -114,33 +114,34 @@ double Gpt::recompute_flops_per_token(const ModelConfig& cfg, const GptOptions& 
 }
 
 std::array<Gpt::ActSlot, 9> Gpt::slots(LayerActs& a) const {
-  const size_t N = size_t(B_) * T_, C = cfg_.d_model, NH = cfg_.n_heads;
+  const size_t NC = size_t(B_) * T_ * cfg_.d_model * dtype_size(opt_.act_dtype);
+  const size_t state = backend_->attention_state_bytes(B_, T_, cfg_.n_heads);
   constexpr uint8_t kAll = 1 << int(Keep::all);
   constexpr uint8_t kSelective = kAll | 1 << int(Keep::selective);
   constexpr uint8_t kOutput = kSelective | 1 << int(Keep::input);
-  return {{{&a.ln1, N * C, kAll},
-           {&a.qkv, 3 * N * C, kSelective},
-           {&a.att, NH * N * T_, kAll},
-           {&a.atty, N * C, kSelective},
-           {&a.res2, N * C, kSelective},
-           {&a.ln2, N * C, kAll},
-           {&a.fch, 4 * N * C, kSelective},
-           {&a.fch_gelu, 4 * N * C, kAll},
-           {&a.res3, N * C, kOutput}}};
+  return {{{&a.ln1, NC, kAll},
+           {&a.qkv, 3 * NC, kSelective},
+           {&a.att_state, state, kAll},
+           {&a.atty, NC, kSelective},
+           {&a.res2, NC, kSelective},
+           {&a.ln2, NC, kAll},
+           {&a.fch, 4 * NC, kSelective},
+           {&a.fch_gelu, 4 * NC, kAll},
+           {&a.res3, NC, kOutput}}};
 }
 
 void* Gpt::alloc_act(size_t n) { return arena_->alloc_bytes(n * dtype_size(opt_.act_dtype)); }
 
 void Gpt::alloc_kept(LayerActs& a, Keep k) {
   for (const ActSlot& s : slots(a))
-    if (s.kept(k)) *s.ptr = alloc_act(s.numel);
+    if (s.kept(k)) *s.ptr = arena_->alloc_bytes(s.bytes);
 }
 
 void Gpt::alloc_rebuilt(LayerActs& a) {
   // The block output is never rebuilt: a full recompute stops before it (backward does not
   // need it), and every other policy keeps it.
   for (const ActSlot& s : slots(a))
-    if (*s.ptr == nullptr && !s.kept(Keep::input)) *s.ptr = alloc_act(s.numel);
+    if (*s.ptr == nullptr && !s.kept(Keep::input)) *s.ptr = arena_->alloc_bytes(s.bytes);
   for (float** stat : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd})
     if (*stat == nullptr) *stat = arena_->alloc_floats(size_t(B_) * T_);
 }
@@ -154,7 +155,7 @@ void Gpt::block_forward(int l, const void* x, LayerActs& a) {
   Arena& ar = *arena_;
   be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p(L.ln1_w), p(L.ln1_b), N, C, ar);
   be.linear_forward(a.qkv, a.ln1, p(L.qkv_w), p(L.qkv_b), nullptr, N, C, 3 * C, ar);
-  be.attention_forward(a.atty, a.att, a.qkv, B_, T_, C, NH, ar);
+  be.attention_forward(a.atty, a.att_state, a.qkv, B_, T_, C, NH, ar);
   be.linear_forward(a.res2, a.atty, p(L.proj_w), p(L.proj_b), x, N, C, C, ar);
   be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p(L.ln2_w), p(L.ln2_b), N, C, ar);
   be.linear_forward(a.fch, a.ln2, p(L.fc_w), p(L.fc_b), nullptr, N, C, 4 * C, ar);
@@ -180,7 +181,7 @@ void Gpt::recompute_block(int l, const void* x, LayerActs& a, Keep k) {
   {
     ArenaScope scope(ar);
     void* atty_again = alloc_act(size_t(N) * C);  // the kept attention output is not overwritten
-    be.attention_forward(atty_again, a.att, a.qkv, B_, T_, C, NH, ar);
+    be.attention_forward(atty_again, a.att_state, a.qkv, B_, T_, C, NH, ar);
   }
   be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p(L.ln2_w), p(L.ln2_b), N, C, ar);
   be.gelu_forward(a.fch_gelu, a.fch, 4 * N, C, ar);
@@ -204,7 +205,7 @@ void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& 
   float* datty = d.big + 3 * NC;
   be.linear_backward(datty, g(L.proj_w), g(L.proj_b), d.dres, a.atty, p(L.proj_w), N, C, C, ar);
   be.zero(dqkv, 3 * NC, ar);  // attention backward adds into it; the linears write theirs
-  be.attention_backward(dqkv, datty, a.qkv, a.att, B_, T_, C, NH, ar);
+  be.attention_backward(dqkv, datty, a.qkv, a.atty, a.att_state, B_, T_, C, NH, ar);
   be.linear_backward(d.dln, g(L.qkv_w), g(L.qkv_b), dqkv, a.ln1, p(L.qkv_w), N, C, 3 * C, ar);
   be.layernorm_backward(d.dres, g(L.ln1_w), g(L.ln1_b), d.dln, x, p(L.ln1_w), a.ln1_mean,
                         a.ln1_rstd, N, C, ar);

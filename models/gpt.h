@@ -118,11 +118,12 @@ class Gpt {
     size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcp_w, fcp_b;
   };
   // A block's saved tensors, x (B, T, C) being its input. The void* ones hold act_dtype
-  // values; the LayerNorm statistics are fp32. Null = not kept (rebuilt by backward).
+  // values, but for the attention state (in the backend's format); the LayerNorm statistics
+  // are fp32. Null = not kept (rebuilt by backward).
   struct LayerActs {
     void* ln1 = nullptr;        // (B, T, C)      ln1(x)
     void* qkv = nullptr;        // (B, T, 3C)     q | k | v
-    void* att = nullptr;        // (B, NH, T, T)  attention probabilities
+    void* att_state = nullptr;  // what attention saves (Backend::attention_state_bytes)
     void* atty = nullptr;       // (B, T, C)      attention output, heads side by side
     void* res2 = nullptr;       // (B, T, C)      x + proj(atty)
     void* ln2 = nullptr;        // (B, T, C)      ln2(res2)
@@ -137,11 +138,11 @@ class Gpt {
   // What a block keeps until backward: everything, only its output (a full recompute
   // rebuilds the rest from the input), or the matrix products' outputs and its output.
   enum class Keep { all, input, selective };
-  // One act_dtype tensor of LayerActs: its pointer, its element count, and the Keep
-  // values that keep it (bit int(k)).
+  // One void* tensor of LayerActs: its pointer, its size in bytes, and the Keep values that
+  // keep it (bit int(k)).
   struct ActSlot {
     void** ptr;
-    size_t numel;
+    size_t bytes;
     uint8_t kept_by;
     bool kept(Keep k) const { return (kept_by >> int(k)) & 1; }
   };
@@ -151,9 +152,9 @@ class Gpt {
   const float* p(size_t i) const { return params_.data() + reg_.at(i).offset; }
   float* g(size_t i) { return grads_.data() + reg_.at(i).offset; }
 
-  // The one list of a block's act_dtype tensors, for the current B and T.
+  // The one list of a block's void* tensors, for the current B and T.
   std::array<ActSlot, 9> slots(LayerActs& a) const;
-  void* alloc_act(size_t n);
+  void* alloc_act(size_t n);  // N act_dtype values
   // Allocates the tensors policy K keeps until backward.
   void alloc_kept(LayerActs& a, Keep k);
   // Allocates the tensors still null but the block output, and the LayerNorm statistics:

@@ -279,6 +279,10 @@ void CpuBackend::logits_forward(float* logits, const void* inp, const float* wte
     cpu::matmul_forward(logits, f32(inp), wte, static_cast<const float*>(nullptr), N, C, V);
 }
 
+size_t CpuBackend::attention_state_bytes(int B, int T, int NH) const {
+  return size_t(B) * NH * T * T * dtype_size(dt_);
+}
+
 void CpuBackend::attention_forward(void* out, void* att, const void* qkv, int B, int T, int C,
                                    int NH, Arena& arena) {
   if (arena.counting()) return;
@@ -289,7 +293,8 @@ void CpuBackend::attention_forward(void* out, void* att, const void* qkv, int B,
 }
 
 void CpuBackend::attention_backward(float* dqkv, const float* dout, const void* qkv,
-                                    const void* att, int B, int T, int C, int NH, Arena& arena) {
+                                    const void* /*out*/, const void* att, int B, int T, int C,
+                                    int NH, Arena& arena) {
   if (arena.counting()) return;
   if (half())
     attention_backward16(dt_, dqkv, dout, u16(qkv), u16(att), B, T, C, NH);

@@ -53,10 +53,12 @@ class CpuBackend final : public Backend {
                        Arena& arena) override;
   void logits_forward(float* logits, const void* inp, const float* wte, int N, int C, int V,
                       Arena& arena) override;
-  void attention_forward(void* out, void* att, const void* qkv, int B, int T, int C, int NH,
+  // The state is the probabilities (B, NH, T, T), stored in act_dtype.
+  size_t attention_state_bytes(int B, int T, int NH) const override;
+  void attention_forward(void* out, void* state, const void* qkv, int B, int T, int C, int NH,
                          Arena& arena) override;
-  void attention_backward(float* dqkv, const float* dout, const void* qkv, const void* att, int B,
-                          int T, int C, int NH, Arena& arena) override;
+  void attention_backward(float* dqkv, const float* dout, const void* qkv, const void* out,
+                          const void* state, int B, int T, int C, int NH, Arena& arena) override;
   void gelu_forward(void* out, const void* inp, int N, int C, Arena& arena) override;
   void gelu_backward(float* d, const void* inp, int N, int C, Arena& arena) override;
   float crossentropy_forward(float* losses, float* probs, const float* logits,

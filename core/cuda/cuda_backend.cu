@@ -140,10 +140,14 @@ class CudaBackend final : public Backend {
     gemm(plan_linear_forward(N, C, V), weight_operand(wte), inp, logits);
   }
 
+  // The state is the probabilities (B, NH, T, T), stored in act_dtype.
+  size_t attention_state_bytes(int B, int T, int NH) const override {
+    return size_t(B) * NH * T * T * dtype_size(dt_);
+  }
   void attention_forward(void* out, void* att, const void* qkv, int B, int T, int C, int NH,
                          Arena& arena) override;
-  void attention_backward(float* dqkv, const float* dout, const void* qkv, const void* att, int B,
-                          int T, int C, int NH, Arena& arena) override;
+  void attention_backward(float* dqkv, const float* dout, const void* qkv, const void* out,
+                          const void* att, int B, int T, int C, int NH, Arena& arena) override;
 
   void gelu_forward(void* out, const void* inp, int N, int C, Arena& arena) override {
     if (arena.counting()) return;
@@ -271,7 +275,8 @@ void CudaBackend::attention_forward(void* out, void* att, const void* qkv, int B
 }
 
 void CudaBackend::attention_backward(float* dqkv, const float* dout, const void* qkv,
-                                     const void* att, int B, int T, int C, int NH, Arena& arena) {
+                                     const void* /*out*/, const void* att, int B, int T, int C,
+                                     int NH, Arena& arena) {
   ArenaScope scope(arena);
   const int hs = C / NH, BH = B * NH;
   const size_t nh = size_t(BH) * T * hs, ntt = size_t(BH) * T * T, es = dtype_size(dt_);

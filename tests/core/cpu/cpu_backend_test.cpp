@@ -149,8 +149,8 @@ const std::vector<std::pair<std::string, Op>>& Ops() {
        }},
       {"attention_backward",
        [](Backend& be, Buffers& b, Arena& a) {
-         be.attention_backward(b.dinp.data(), b.dout.data(), b.qkv.data(), b.att.data(), B, T, C,
-                               NH, a);
+         be.attention_backward(b.dinp.data(), b.dout.data(), b.qkv.data(), b.out.data(),
+                               b.att.data(), B, T, C, NH, a);
        }},
       {"gelu_forward", [](Backend& be, Buffers& b,
                           Arena& a) { be.gelu_forward(b.out.data(), b.x.data(), 4 * N, C, a); }},
@@ -236,6 +236,12 @@ TEST(CpuBackend, WeightCopyBytesCountTheCopiesSetWeightsMakes) {
             (cpu::gemm16_widens(DType::bf16) ? 6 : 2) * n);
   const char* env = std::getenv("RINGSTEP_GEMM16");
   cpu::gemm16_force_fallback(env != nullptr && std::string(env) == "sgemm");
+}
+
+// The attention state the CPU saves is the probabilities, (B, NH, T, T) in the storage dtype.
+TEST(CpuBackend, AttentionStateIsTheProbabilities) {
+  EXPECT_EQ(CpuBackend(DType::f32).attention_state_bytes(3, 17, 5), size_t(3) * 5 * 17 * 17 * 4);
+  EXPECT_EQ(CpuBackend(DType::bf16).attention_state_bytes(3, 17, 5), size_t(3) * 5 * 17 * 17 * 2);
 }
 
 // The input gradients a backward op writes (linear's dinp, the logits') come out the same

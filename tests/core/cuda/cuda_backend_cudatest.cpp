@@ -210,8 +210,10 @@ void attention_case(CudaBackendOps& t, Backend& cpu, Backend& gpu, Arena& ca, Ar
   dout.random(1.0f, 20);
   // Both sides from the CPU's probabilities, so backward is checked on its own.
   cuda::copy_to_device(att.gpu(), att.cpu(), size_t(B) * NH * T * T * dtype_size(dt));
-  cpu.attention_backward(dqkv.cpu_f(), dout.cpu_f(), qkv.cpu(), att.cpu(), B, T, C, NH, ca);
-  gpu.attention_backward(dqkv.gpu_f(), dout.gpu_f(), qkv.gpu(), att.gpu(), B, T, C, NH, ga);
+  cpu.attention_backward(dqkv.cpu_f(), dout.cpu_f(), qkv.cpu(), out.cpu(), att.cpu(), B, T, C, NH,
+                         ca);
+  gpu.attention_backward(dqkv.gpu_f(), dout.gpu_f(), qkv.gpu(), out.gpu(), att.gpu(), B, T, C, NH,
+                         ga);
   EXPECT_LE(rel_err(dqkv.gpu_values(), dqkv.cpu_values()), tol) << "dqkv";
   (void)t;
 }
@@ -261,7 +263,7 @@ TEST_P(CudaBackendOps, CountingArenaTouchesNothing) {
   const Batch b = MakeBatch(B, T, 5, 26);
   gpu_->encoder_forward(nullptr, b.in.data(), nullptr, nullptr, B, T, C, counter);
   gpu_->attention_forward(nullptr, nullptr, nullptr, B, T, C, NH, counter);
-  gpu_->attention_backward(nullptr, nullptr, nullptr, nullptr, B, T, C, NH, counter);
+  gpu_->attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, B, T, C, NH, counter);
   gpu_->linear_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, C, C, counter);
   EXPECT_FLOAT_EQ(gpu_->crossentropy_forward(nullptr, nullptr, nullptr, b.tg.data(), N, 5, counter), 0.0f);
   cuda::device_synchronize();
