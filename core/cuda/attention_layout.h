@@ -27,4 +27,18 @@ RINGSTEP_HD size_t btc_to_heads(size_t i, int T, int NH, int hs) {
   return ((b * NH + h) * T + t) * hs + d;
 }
 
+// Direct maps for kernels that read the layouts in place (no per-head copies):
+// Offset in qkv of element D of head H of PART (0 q, 1 k, 2 v) for token T of sequence B.
+RINGSTEP_HD size_t qkv_index(int b, int t, int part, int h, int d, int T, int C, int hs) {
+  return (size_t(b) * T + t) * 3 * C + size_t(part) * C + size_t(h) * hs + d;
+}
+
+// Offset in a (B, T, C) tensor of element D of head H for token T of sequence B.
+RINGSTEP_HD size_t btc_index(int b, int t, int h, int d, int T, int C, int hs) {
+  return (size_t(b) * T + t) * C + size_t(h) * hs + d;
+}
+
+// Offset in a (B, NH, T) row-state tensor of query row T of head BH = b NH + h.
+RINGSTEP_HD size_t row_index(int bh, int t, int T) { return size_t(bh) * T + t; }
+
 }  // namespace ringstep::cuda
