@@ -3,12 +3,14 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
 #include <stdexcept>
+#include <string>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device.h"
+#include "core/cuda/flash_attention.h"
+#include "core/cuda/flash_tiling.h"
 #include "core/cuda/gemm_plan.h"
 #include "core/cuda/kernels.cuh"
 #include "core/cuda/lt_gemm.h"
@@ -140,14 +142,28 @@ class CudaBackend final : public Backend {
     gemm(plan_linear_forward(N, C, V), weight_operand(wte), inp, logits);
   }
 
-  // The state is the probabilities (B, NH, T, T), stored in act_dtype.
+  // The state is one fp32 log-sum-exp per query row (core/cuda/flash_attention.h).
   size_t attention_state_bytes(int B, int T, int NH) const override {
-    return size_t(B) * NH * T * T * dtype_size(dt_);
+    return size_t(B) * NH * T * sizeof(float);
   }
-  void attention_forward(void* out, void* att, const void* qkv, int B, int T, int C, int NH,
-                         Arena& arena) override;
+
+  void attention_forward(void* out, void* state, const void* qkv, int B, int T, int C, int NH,
+                         Arena& arena) override {
+    check_head_size(C, NH);
+    if (arena.counting()) return;
+    flash_attention_forward(flash_kernel_for(dt_), dt_, out, static_cast<float*>(state), qkv, B, T,
+                            C, NH, stream_);
+  }
+
   void attention_backward(float* dqkv, const float* dout, const void* qkv, const void* out,
-                          const void* att, int B, int T, int C, int NH, Arena& arena) override;
+                          const void* state, int B, int T, int C, int NH, Arena& arena) override {
+    check_head_size(C, NH);
+    ArenaScope scope(arena);
+    float* dsum = arena.alloc_floats(size_t(B) * NH * T);
+    if (arena.counting()) return;
+    flash_attention_backward(flash_kernel_for(dt_), dt_, dqkv, dout, qkv, out,
+                             static_cast<const float*>(state), dsum, B, T, C, NH, stream_);
+  }
 
   void gelu_forward(void* out, const void* inp, int N, int C, Arena& arena) override {
     if (arena.counting()) return;
@@ -191,6 +207,15 @@ class CudaBackend final : public Backend {
  private:
   bool half() const { return dt_ != DType::f32; }
   cudaDataType_t ab_type() const { return half() ? CUDA_R_16BF : CUDA_R_32F; }
+
+  // The fused attention's head sizes, refused where a model is first sized (the counting
+  // pass) rather than inside a step.
+  static void check_head_size(int C, int NH) {
+    if (NH > 0 && C % NH == 0 && flash::padded_head_size(C / NH) != 0) return;
+    throw InputError("backend: device cuda runs attention with head sizes (d_model / n_heads) " +
+                     std::string("1 to ") + std::to_string(flash::kMaxHeadSize) + "; got d_model " +
+                     std::to_string(C) + ", n_heads " + std::to_string(NH));
+  }
 
   // Calls FN.template operator()<S>() with S the storage type.
   template <typename Fn>
@@ -248,62 +273,6 @@ class CudaBackend final : public Backend {
   uint16_t* weights16_ = nullptr;
   size_t weights16_n_ = 0;
 };
-
-// Per (batch, head): scores = q k^T, att = causal softmax(scores / sqrt(hs)), out = att v,
-// on per-head copies of q, k, v so that each product is one strided-batched GEMM.
-void CudaBackend::attention_forward(void* out, void* att, const void* qkv, int B, int T, int C,
-                                    int NH, Arena& arena) {
-  ArenaScope scope(arena);
-  const int hs = C / NH, BH = B * NH;
-  const size_t nh = size_t(BH) * T * hs, ntt = size_t(BH) * T * T, es = dtype_size(dt_);
-  void* q = arena.alloc_bytes(nh * es);
-  void* kk = arena.alloc_bytes(nh * es);
-  void* v = arena.alloc_bytes(nh * es);
-  float* scores = arena.alloc_floats(ntt);
-  float* out_heads = arena.alloc_floats(nh);
-  if (arena.counting()) return;
-  const float scale = 1.0f / std::sqrt(float(hs));
-  dispatch([&]<typename S>() {
-    RS_LAUNCH(k::split_heads_kernel<S>, grid_for(nh), kBlock, as<S>(q), as<S>(kk), as<S>(v),
-              as<S>(qkv), T, NH, hs, nh);
-    gemm(plan_attention_scores(BH, T, hs), kk, q, scores);
-    RS_LAUNCH(k::causal_softmax_kernel<S>, grid_rows(BH * T), kBlock, as<S>(att), scores, scale, T,
-              BH * T);
-    gemm(plan_attention_values(BH, T, hs), v, att, out_heads);
-    RS_LAUNCH(k::merge_heads_kernel<S>, grid_for(nh), kBlock, as<S>(out), out_heads, T, NH, hs, nh);
-  });
-}
-
-void CudaBackend::attention_backward(float* dqkv, const float* dout, const void* qkv,
-                                     const void* /*out*/, const void* att, int B, int T, int C,
-                                     int NH, Arena& arena) {
-  ArenaScope scope(arena);
-  const int hs = C / NH, BH = B * NH;
-  const size_t nh = size_t(BH) * T * hs, ntt = size_t(BH) * T * T, es = dtype_size(dt_);
-  void* q = arena.alloc_bytes(nh * es);
-  void* kk = arena.alloc_bytes(nh * es);
-  void* v = arena.alloc_bytes(nh * es);
-  void* dout_heads = arena.alloc_bytes(nh * es);
-  float* datt = arena.alloc_floats(ntt);
-  void* dscores = arena.alloc_bytes(ntt * es);
-  float* dq = arena.alloc_floats(nh);
-  float* dk = arena.alloc_floats(nh);
-  float* dv = arena.alloc_floats(nh);
-  if (arena.counting()) return;
-  const float scale = 1.0f / std::sqrt(float(hs));
-  dispatch([&]<typename S>() {
-    RS_LAUNCH(k::split_heads_kernel<S>, grid_for(nh), kBlock, as<S>(q), as<S>(kk), as<S>(v),
-              as<S>(qkv), T, NH, hs, nh);
-    RS_LAUNCH(k::split_grad_kernel<S>, grid_for(nh), kBlock, as<S>(dout_heads), dout, T, NH, hs, nh);
-    gemm(plan_attention_datt(BH, T, hs), v, dout_heads, datt);
-    gemm(plan_attention_dv(BH, T, hs), dout_heads, att, dv);
-    RS_LAUNCH(k::causal_softmax_backward_kernel<S>, grid_rows(BH * T), kBlock, as<S>(dscores), datt,
-              as<S>(att), scale, T, BH * T);
-    gemm(plan_attention_dq(BH, T, hs), kk, dscores, dq);
-    gemm(plan_attention_dk(BH, T, hs), q, dscores, dk);
-    RS_LAUNCH(k::merge_dqkv_kernel, grid_for(nh), kBlock, dqkv, dq, dk, dv, T, NH, hs, nh);
-  });
-}
 
 #undef RS_LAUNCH
 

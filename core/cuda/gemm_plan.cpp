@@ -10,8 +10,8 @@ size_t span(int64_t rows_stored, int64_t cols_stored, int64_t ld, int batch, int
   return size_t(batch - 1) * size_t(stride) + one;
 }
 
-GemmPlan per_head(bool ta, bool tb, int m, int n, int k, int64_t lda, int64_t ldb, int64_t ldc,
-                  int BH, int64_t sa, int64_t sb, int64_t sc) {
+GemmPlan make_plan(bool ta, bool tb, int m, int n, int k, int64_t lda, int64_t ldb, int64_t ldc,
+                   int batch, int64_t sa, int64_t sb, int64_t sc) {
   GemmPlan p;
   p.trans_a = ta;
   p.trans_b = tb;
@@ -21,7 +21,7 @@ GemmPlan per_head(bool ta, bool tb, int m, int n, int k, int64_t lda, int64_t ld
   p.lda = lda;
   p.ldb = ldb;
   p.ldc = ldc;
-  p.batch = BH;
+  p.batch = batch;
   p.stride_a = sa;
   p.stride_b = sb;
   p.stride_c = sc;
@@ -32,56 +32,19 @@ GemmPlan per_head(bool ta, bool tb, int m, int n, int k, int64_t lda, int64_t ld
 
 // out^T (OC x N) = W (col-major C x OC, transposed) * inp^T (col-major C x N).
 GemmPlan plan_linear_forward(int N, int C, int OC) {
-  return per_head(true, false, OC, N, C, C, C, OC, 1, 0, 0, 0);
+  return make_plan(true, false, OC, N, C, C, C, OC, 1, 0, 0, 0);
 }
 
 // dinp^T (C x N) = W^T (col-major C x OC) * dout^T (col-major OC x N).
 GemmPlan plan_linear_dinp(int N, int C, int OC) {
-  return per_head(false, false, C, N, OC, C, OC, C, 1, 0, 0, 0);  // beta 0: dinp is written
+  return make_plan(false, false, C, N, OC, C, OC, C, 1, 0, 0, 0);  // beta 0: dinp is written
 }
 
 // dweight^T (C x OC) = inp^T (col-major C x N) * dout (col-major OC x N, transposed).
 GemmPlan plan_linear_dweight(int N, int C, int OC) {
-  GemmPlan p = per_head(false, true, C, OC, N, C, OC, C, 1, 0, 0, 0);
+  GemmPlan p = make_plan(false, true, C, OC, N, C, OC, C, 1, 0, 0, 0);
   p.beta = 1.0f;
   return p;
-}
-
-// scores^T (T x T) = k (col-major hs x T, transposed) * q^T (col-major hs x T).
-GemmPlan plan_attention_scores(int BH, int T, int hs) {
-  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
-  return per_head(true, false, T, T, hs, hs, hs, T, BH, th, th, tt);
-}
-
-// out^T (hs x T) = v^T (col-major hs x T) * att^T (col-major T x T).
-GemmPlan plan_attention_values(int BH, int T, int hs) {
-  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
-  return per_head(false, false, hs, T, T, hs, T, hs, BH, th, tt, th);
-}
-
-// datt^T (T x T) = v (col-major hs x T, transposed) * dout^T (col-major hs x T).
-GemmPlan plan_attention_datt(int BH, int T, int hs) {
-  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
-  return per_head(true, false, T, T, hs, hs, hs, T, BH, th, th, tt);
-}
-
-// dv^T (hs x T) = dout^T (col-major hs x T) * att (col-major T x T holding att^T, transposed).
-GemmPlan plan_attention_dv(int BH, int T, int hs) {
-  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
-  return per_head(false, true, hs, T, T, hs, T, hs, BH, th, tt, th);
-}
-
-// dq^T (hs x T) = k^T (col-major hs x T) * dscores^T (col-major T x T).
-GemmPlan plan_attention_dq(int BH, int T, int hs) {
-  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
-  return per_head(false, false, hs, T, T, hs, T, hs, BH, th, tt, th);
-}
-
-// dk^T (hs x T) = q^T (col-major hs x T) * dscores (col-major T x T holding dscores^T,
-// transposed).
-GemmPlan plan_attention_dk(int BH, int T, int hs) {
-  const int64_t th = int64_t(T) * hs, tt = int64_t(T) * T;
-  return per_head(false, true, hs, T, T, hs, T, hs, BH, th, tt, th);
 }
 
 void gemm_reference(const GemmPlan& p, const float* A, const float* B, float* C) {

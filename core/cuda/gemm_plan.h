@@ -30,21 +30,6 @@ GemmPlan plan_linear_dinp(int N, int C, int OC);
 // dweight += dout^T @ inp                   A = inp, B = dout, C = dweight
 GemmPlan plan_linear_dweight(int N, int C, int OC);
 
-// Attention on per-head tensors q, k, v, dq, ... (BH, T, hs) and scores (BH, T, T), row-major,
-// BH = batch x heads. Each overwrites C (beta 0).
-// scores = q @ k^T                          A = k, B = q, C = scores
-GemmPlan plan_attention_scores(int BH, int T, int hs);
-// out = att @ v                             A = v, B = att, C = out
-GemmPlan plan_attention_values(int BH, int T, int hs);
-// datt = dout @ v^T                         A = v, B = dout, C = datt
-GemmPlan plan_attention_datt(int BH, int T, int hs);
-// dv = att^T @ dout                         A = dout, B = att, C = dv
-GemmPlan plan_attention_dv(int BH, int T, int hs);
-// dq = dscores @ k                          A = k, B = dscores, C = dq
-GemmPlan plan_attention_dq(int BH, int T, int hs);
-// dk = dscores^T @ q                        A = q, B = dscores, C = dk
-GemmPlan plan_attention_dk(int BH, int T, int hs);
-
 // The plan's product on the host in double, stored to float: the reference semantics of
 // what cuBLASLt is asked to compute (C is read when beta != 0).
 void gemm_reference(const GemmPlan& p, const float* A, const float* B, float* C);

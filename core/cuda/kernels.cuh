@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/cuda/attention_layout.h"
+#include "core/cuda/kernel_common.cuh"
 
 namespace ringstep::cuda::kernels {
 
@@ -16,36 +16,9 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 constexpr float kLayerNormEps = 1e-5f;
 
-__device__ __forceinline__ float widen(float x) { return x; }
-__device__ __forceinline__ float widen(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
-
-template <typename S>
-__device__ __forceinline__ S narrow(float x);
-template <>
-__device__ __forceinline__ float narrow<float>(float x) {
-  return x;
-}
-// core/dtype.cpp's fp32_to_bf16: round to nearest even; NaN stays NaN (quiet bit set).
-template <>
-__device__ __forceinline__ uint16_t narrow<uint16_t>(float x) {
-  const uint32_t b = __float_as_uint(x);
-  return (b & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t((b >> 16) | 0x40u)
-                                         : uint16_t((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-}
-
 #define RINGSTEP_GRID_STRIDE(i, n)                                                  \
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n); \
        i += size_t(gridDim.x) * blockDim.x)
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
-__device__ __forceinline__ int warp_row() { return blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; }
 
 template <typename S>
 __global__ void narrow_kernel(S* out, const float* in, size_t n) {
@@ -181,72 +154,6 @@ __global__ void gelu_backward_kernel(float* d, const S* inp, size_t n) {
     d[i] *= 0.5f * (1.0f + t) +
             0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
   }
-}
-
-// q, k, v (BH, T, hs) <- qkv (B, T, 3C); n = B NH T hs.
-template <typename S>
-__global__ void split_heads_kernel(S* q, S* k, S* v, const S* qkv, int T, int NH, int hs,
-                                   size_t n) {
-  RINGSTEP_GRID_STRIDE(i, n) {
-    q[i] = qkv[heads_to_qkv(i, 0, T, NH, hs)];
-    k[i] = qkv[heads_to_qkv(i, 1, T, NH, hs)];
-    v[i] = qkv[heads_to_qkv(i, 2, T, NH, hs)];
-  }
-}
-
-// out (B, T, C) <- heads (BH, T, hs), rounded; n = B T C.
-template <typename S>
-__global__ void merge_heads_kernel(S* out, const float* heads, int T, int NH, int hs, size_t n) {
-  RINGSTEP_GRID_STRIDE(i, n) out[i] = narrow<S>(heads[btc_to_heads(i, T, NH, hs)]);
-}
-
-// heads (BH, T, hs) <- d (B, T, C), rounded; n = B T C.
-template <typename S>
-__global__ void split_grad_kernel(S* heads, const float* d, int T, int NH, int hs, size_t n) {
-  RINGSTEP_GRID_STRIDE(i, n) heads[btc_to_heads(i, T, NH, hs)] = narrow<S>(d[i]);
-}
-
-// dqkv (B, T, 3C) += dq | dk | dv (BH, T, hs); n = B NH T hs.
-__global__ void merge_dqkv_kernel(float* dqkv, const float* dq, const float* dk, const float* dv,
-                                  int T, int NH, int hs, size_t n) {
-  RINGSTEP_GRID_STRIDE(i, n) {
-    dqkv[heads_to_qkv(i, 0, T, NH, hs)] += dq[i];
-    dqkv[heads_to_qkv(i, 1, T, NH, hs)] += dk[i];
-    dqkv[heads_to_qkv(i, 2, T, NH, hs)] += dv[i];
-  }
-}
-
-// Row r of (BH T) rows, query i = r % T: att[r, j] = softmax_j<=i(scale scores[r, j]), 0 for
-// j > i (exact zeros, like the CPU).
-template <typename S>
-__global__ void causal_softmax_kernel(S* att, const float* scores, float scale, int T, int rows) {
-  const int lane = threadIdx.x % 32, r = warp_row();
-  if (r >= rows) return;
-  const int i = r % T;
-  const float* s = scores + size_t(r) * T;
-  float mx = -INFINITY;
-  for (int j = lane; j <= i; j += 32) mx = fmaxf(mx, scale * s[j]);
-  mx = warp_max(mx);
-  float sum = 0.0f;
-  for (int j = lane; j <= i; j += 32) sum += expf(scale * s[j] - mx);
-  const float inv = 1.0f / warp_sum(sum);
-  S* a = att + size_t(r) * T;
-  for (int j = lane; j < T; j += 32) a[j] = narrow<S>(j <= i ? expf(scale * s[j] - mx) * inv : 0.0f);
-}
-
-// dscores[r, j] = scale att[r, j] (datt[r, j] - sum_k att[r, k] datt[r, k]), 0 for j > i.
-template <typename S>
-__global__ void causal_softmax_backward_kernel(S* dscores, const float* datt, const S* att,
-                                               float scale, int T, int rows) {
-  const int lane = threadIdx.x % 32, r = warp_row();
-  if (r >= rows) return;
-  const int i = r % T;
-  const size_t at = size_t(r) * T;
-  float dot = 0.0f;
-  for (int j = lane; j <= i; j += 32) dot += widen(att[at + j]) * datt[at + j];
-  dot = warp_sum(dot);
-  for (int j = lane; j < T; j += 32)
-    dscores[at + j] = narrow<S>(j <= i ? scale * widen(att[at + j]) * (datt[at + j] - dot) : 0.0f);
 }
 
 // One block per row: probs = softmax(logits), loss = log(sum) + max - logits[target]

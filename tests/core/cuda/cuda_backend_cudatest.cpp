@@ -5,6 +5,7 @@
 // every test skips with the reason when no device is usable (CI has none).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -14,9 +15,10 @@
 
 #include "core/arena.h"
 #include "core/backend.h"
-#include "core/cuda/device.h"
 #include "core/cuda/cuda_skip.h"
+#include "core/cuda/device.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/registry.h"
 #include "models/gpt.h"
 #include "models/gpt_test_batch.h"
@@ -196,34 +198,60 @@ TEST_P(CudaBackendOps, Logits) {
   expect_match(logits, "logits");
 }
 
-void attention_case(CudaBackendOps& t, Backend& cpu, Backend& gpu, Arena& ca, Arena& ga, DType dt,
-                    int B, int T, int C, int NH, double tol) {
-  SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
-  Twin qkv(size_t(B) * T * 3 * C, dt), out(size_t(B) * T * C, dt), att(size_t(B) * NH * T * T, dt);
+// Attention, fused on the GPU (core/cuda/flash_attention.h; the kernels alone against their
+// host twin: flash_attention_cudatest.cpp): out against CpuBackend's, and dqkv, each side
+// from its own forward (the GPU saves the LSE, the CPU the probabilities).
+void attention_case(Backend& cpu, Backend& gpu, Arena& ca, Arena& ga, DType dt, int B, int T, int C,
+                    int NH, double tol) {
+  SCOPED_TRACE(::testing::Message()
+               << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH << " hs=" << C / NH);
+  const size_t nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C;
+  ASSERT_EQ(gpu.attention_state_bytes(B, T, NH), size_t(B) * NH * T * sizeof(float));
+  Twin qkv(nqkv, dt), out(nout, dt), lse(size_t(B) * NH * T, DType::f32);
+  std::vector<char> att(cpu.attention_state_bytes(B, T, NH));
   qkv.random(1.0f, 18);
-  cpu.attention_forward(out.cpu(), att.cpu(), qkv.cpu(), B, T, C, NH, ca);
-  gpu.attention_forward(out.gpu(), att.gpu(), qkv.gpu(), B, T, C, NH, ga);
+  cpu.attention_forward(out.cpu(), att.data(), qkv.cpu(), B, T, C, NH, ca);
+  gpu.attention_forward(out.gpu(), lse.gpu(), qkv.gpu(), B, T, C, NH, ga);
   EXPECT_LE(rel_err(out.gpu_values(), out.cpu_values()), tol) << "out";
-  EXPECT_LE(rel_err(att.gpu_values(), att.cpu_values()), tol) << "att";
-  Twin dqkv(size_t(B) * T * 3 * C, DType::f32), dout(size_t(B) * T * C, DType::f32);
+  Twin dqkv(nqkv, DType::f32), dout(nout, DType::f32);
   dqkv.random(1.0f, 19);
   dout.random(1.0f, 20);
-  // Both sides from the CPU's probabilities, so backward is checked on its own.
-  cuda::copy_to_device(att.gpu(), att.cpu(), size_t(B) * NH * T * T * dtype_size(dt));
-  cpu.attention_backward(dqkv.cpu_f(), dout.cpu_f(), qkv.cpu(), out.cpu(), att.cpu(), B, T, C, NH,
+  cpu.attention_backward(dqkv.cpu_f(), dout.cpu_f(), qkv.cpu(), out.cpu(), att.data(), B, T, C, NH,
                          ca);
-  gpu.attention_backward(dqkv.gpu_f(), dout.gpu_f(), qkv.gpu(), out.gpu(), att.gpu(), B, T, C, NH,
+  gpu.attention_backward(dqkv.gpu_f(), dout.gpu_f(), qkv.gpu(), out.gpu(), lse.gpu(), B, T, C, NH,
                          ga);
   EXPECT_LE(rel_err(dqkv.gpu_values(), dqkv.cpu_values()), tol) << "dqkv";
-  (void)t;
 }
 
 TEST_P(CudaBackendOps, AttentionHeadSize16) {
-  attention_case(*this, *cpu_, *gpu_, *cpu_arena_, *gpu_arena_, dt_, 2, 67, 48, 3, tol());
+  attention_case(*cpu_, *gpu_, *cpu_arena_, *gpu_arena_, dt_, 2, 67, 48, 3, tol());
 }
 
-TEST_P(CudaBackendOps, AttentionOddHeadSize) {  // hs = 5: operands only 2-byte aligned in bf16
-  attention_case(*this, *cpu_, *gpu_, *cpu_arena_, *gpu_arena_, dt_, 3, 33, 15, 3, tol());
+TEST_P(CudaBackendOps, AttentionOddHeadSizeAndLength) {  // hs = 5, padded to 16
+  attention_case(*cpu_, *gpu_, *cpu_arena_, *gpu_arena_, dt_, 3, 33, 15, 3, tol());
+}
+
+TEST_P(CudaBackendOps, AttentionOneToken) {
+  attention_case(*cpu_, *gpu_, *cpu_arena_, *gpu_arena_, dt_, 2, 1, 12, 3, tol());
+}
+
+TEST_P(CudaBackendOps, AttentionHeadSizes32To128AcrossBlocks) {
+  for (const auto& [T, C, NH] : {std::array{63, 96, 3}, std::array{65, 128, 2},
+                                 std::array{130, 128, 1}, std::array{200, 192, 3}})
+    attention_case(*cpu_, *gpu_, *cpu_arena_, *gpu_arena_, dt_, 2, T, C, NH, tol());
+}
+
+TEST_P(CudaBackendOps, AttentionGpt2Heads) {  // hs 64, 16 blocks of 64 rows
+  attention_case(*cpu_, *gpu_, *cpu_arena_, *gpu_arena_, dt_, 2, 1024, 768, 12, tol());
+}
+
+TEST_P(CudaBackendOps, AttentionRefusesHeadSizesBeyond128) {
+  Arena counter = Arena::make_counting();
+  EXPECT_THROW(gpu_->attention_forward(nullptr, nullptr, nullptr, 1, 8, 258, 2, counter),
+               InputError);
+  EXPECT_THROW(
+      gpu_->attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 258, 2, counter),
+      InputError);
 }
 
 TEST_P(CudaBackendOps, Gelu) {

@@ -1,8 +1,7 @@
-// The CUDA backend's layout math, checked on the CPU (no GPU needed): every GemmPlan run
-// through gemm_reference (the column-major semantics cuBLASLt is given) must reproduce the
-// row-major CPU op it stands for, and the per-head index maps must compose with them into
-// attention exactly as core/cpu/ops.h computes it. Odd sizes throughout, so a swapped m/n
-// or ld shows up. Also: operand alignment and the operand spans stay inside the buffers.
+// The CUDA backend's GEMM layout math, checked on the CPU (no GPU needed): every GemmPlan
+// run through gemm_reference (the column-major semantics cuBLASLt is given) must reproduce
+// the row-major CPU op it stands for. Odd sizes throughout, so a swapped m/n or ld shows
+// up. Also: operand alignment and the operand spans stay inside the buffers.
 #include "core/cuda/gemm_plan.h"
 
 #include <gtest/gtest.h>
@@ -12,7 +11,6 @@
 #include <vector>
 
 #include "core/cpu/ops.h"
-#include "core/cuda/attention_layout.h"
 
 namespace ringstep::cuda {
 namespace {
@@ -69,126 +67,6 @@ TEST(GemmPlan, LinearBackwardWritesDinpAndAddsDweight) {
   EXPECT_EQ(span_a(pw), size_t(N) * C);
   EXPECT_EQ(span_b(pw), size_t(N) * OC);
   EXPECT_EQ(span_c(pw), size_t(OC) * C);
-}
-
-// Attention the way CudaBackend runs it, with the kernels' per-row math written out here:
-// split heads, scores = plan, causal softmax, values = plan, merge heads.
-struct HostAttention {
-  int B, T, NH, hs;
-  size_t nh() const { return size_t(B) * NH * T * hs; }
-  size_t ntt() const { return size_t(B) * NH * T * T; }
-  float scale() const { return 1.0f / std::sqrt(float(hs)); }
-
-  std::vector<float> split(const std::vector<float>& qkv, int part) const {
-    std::vector<float> h(nh());
-    for (size_t i = 0; i < h.size(); ++i) h[i] = qkv[heads_to_qkv(i, part, T, NH, hs)];
-    return h;
-  }
-  void forward(std::vector<float>& out, std::vector<float>& att,
-               const std::vector<float>& qkv) const {
-    const auto q = split(qkv, 0), k = split(qkv, 1), v = split(qkv, 2);
-    std::vector<float> scores(ntt()), oh(nh());
-    const int BH = B * NH;
-    gemm_reference(plan_attention_scores(BH, T, hs), k.data(), q.data(), scores.data());
-    att.assign(ntt(), NAN);
-    for (size_t r = 0; r < size_t(BH) * T; ++r) {
-      const int i = int(r % T);
-      double mx = -INFINITY, sum = 0;
-      for (int j = 0; j <= i; ++j) mx = std::max(mx, double(scale() * scores[r * T + j]));
-      for (int j = 0; j <= i; ++j) sum += std::exp(scale() * scores[r * T + j] - mx);
-      for (int j = 0; j < T; ++j)
-        att[r * T + j] = j <= i ? float(std::exp(scale() * scores[r * T + j] - mx) / sum) : 0.0f;
-    }
-    gemm_reference(plan_attention_values(BH, T, hs), v.data(), att.data(), oh.data());
-    out.assign(size_t(B) * T * NH * hs, NAN);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = oh[btc_to_heads(i, T, NH, hs)];
-  }
-  void backward(std::vector<float>& dqkv, const std::vector<float>& dout,
-                const std::vector<float>& qkv, const std::vector<float>& att) const {
-    const auto q = split(qkv, 0), k = split(qkv, 1), v = split(qkv, 2);
-    const int BH = B * NH;
-    std::vector<float> doh(nh()), datt(ntt()), ds(ntt()), dq(nh()), dk(nh()), dv(nh());
-    for (size_t i = 0; i < dout.size(); ++i) doh[btc_to_heads(i, T, NH, hs)] = dout[i];
-    gemm_reference(plan_attention_datt(BH, T, hs), v.data(), doh.data(), datt.data());
-    gemm_reference(plan_attention_dv(BH, T, hs), doh.data(), att.data(), dv.data());
-    for (size_t r = 0; r < size_t(BH) * T; ++r) {
-      const int i = int(r % T);
-      double dot = 0;
-      for (int j = 0; j <= i; ++j) dot += double(att[r * T + j]) * datt[r * T + j];
-      for (int j = 0; j < T; ++j)
-        ds[r * T + j] = j <= i ? float(scale() * att[r * T + j] * (datt[r * T + j] - dot)) : 0.0f;
-    }
-    gemm_reference(plan_attention_dq(BH, T, hs), k.data(), ds.data(), dq.data());
-    gemm_reference(plan_attention_dk(BH, T, hs), q.data(), ds.data(), dk.data());
-    for (size_t i = 0; i < nh(); ++i) {
-      dqkv[heads_to_qkv(i, 0, T, NH, hs)] += dq[i];
-      dqkv[heads_to_qkv(i, 1, T, NH, hs)] += dk[i];
-      dqkv[heads_to_qkv(i, 2, T, NH, hs)] += dv[i];
-    }
-  }
-};
-
-TEST(GemmPlan, AttentionThroughHeadsMatchesCpuOps) {
-  for (const auto [B, T, NH, hs] : {std::array{2, 7, 3, 4}, std::array{1, 33, 2, 5},
-                                    std::array{3, 1, 1, 3}}) {
-    SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " NH=" << NH << " hs=" << hs);
-    const int Cm = NH * hs;
-    const HostAttention ha{B, T, NH, hs};
-    const auto qkv = rnd(size_t(B) * T * 3 * Cm, 8), dout = rnd(size_t(B) * T * Cm, 9);
-    std::vector<float> out, att;
-    ha.forward(out, att, qkv);
-    std::vector<double> want_out(out.size()), want_att(att.size());
-    const auto dq = dbl(qkv), dd = dbl(dout);
-    cpu::attention_forward<double>(want_out.data(), want_att.data(), dq.data(), B, T, Cm, NH);
-    expect_near_all(out, want_out);
-    expect_near_all(att, want_att);
-
-    auto dqkv = rnd(qkv.size(), 10);
-    auto want_dqkv = dbl(dqkv);
-    cpu::attention_backward<double>(want_dqkv.data(), dd.data(), dq.data(), want_att.data(), B, T,
-                                    Cm, NH);
-    ha.backward(dqkv, dout, qkv, att);
-    expect_near_all(dqkv, want_dqkv);
-  }
-}
-
-TEST(GemmPlan, AttentionSpansStayInsideTheHeadTensors) {
-  const int BH = 6, T = 9, hs = 5;
-  const size_t nh = size_t(BH) * T * hs, ntt = size_t(BH) * T * T;
-  for (const GemmPlan& p : {plan_attention_scores(BH, T, hs), plan_attention_datt(BH, T, hs)}) {
-    EXPECT_EQ(span_a(p), nh);
-    EXPECT_EQ(span_b(p), nh);
-    EXPECT_EQ(span_c(p), ntt);
-  }
-  for (const GemmPlan& p : {plan_attention_values(BH, T, hs), plan_attention_dq(BH, T, hs)}) {
-    EXPECT_EQ(span_a(p), nh);
-    EXPECT_EQ(span_b(p), ntt);
-    EXPECT_EQ(span_c(p), nh);
-  }
-  EXPECT_EQ(span_a(plan_attention_dv(BH, T, hs)), nh);
-  EXPECT_EQ(span_b(plan_attention_dv(BH, T, hs)), ntt);
-  EXPECT_EQ(span_a(plan_attention_dk(BH, T, hs)), nh);
-  EXPECT_EQ(span_b(plan_attention_dk(BH, T, hs)), ntt);
-}
-
-TEST(AttentionLayout, MapsAreMutuallyInverseBijections) {
-  const int B = 2, T = 5, NH = 3, hs = 4, Cm = NH * hs;
-  const size_t n = size_t(B) * T * Cm;
-  std::vector<int> hit(n, 0), hit_qkv(3 * n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    const size_t h = btc_to_heads(i, T, NH, hs);
-    ASSERT_LT(h, n);
-    ++hit[h];
-    for (int part = 0; part < 3; ++part) {
-      const size_t at = heads_to_qkv(h, part, T, NH, hs);
-      ASSERT_LT(at, 3 * n);
-      ++hit_qkv[at];
-      // Same (b, t, c): the qkv offset minus the part's C is the (B, T, 3C) image of i.
-      EXPECT_EQ(at, (i / Cm) * 3 * Cm + size_t(part) * Cm + i % Cm);
-    }
-  }
-  for (int c : hit) EXPECT_EQ(c, 1);
-  for (int c : hit_qkv) EXPECT_EQ(c, 1);
 }
 
 TEST(GemmPlan, OperandAlignmentIsTheLargestCommonPowerOfTwo) {

@@ -1,0 +1,180 @@
+// The fused attention kernels (core/cuda/flash_attention.h) held to their host twin
+// (core/cuda/flash_twin.h) and to the CPU attention op (core/cpu/ops.h, in double), for
+// each (storage, kernel) pair: fp32 on SIMT, bf16 on SIMT, bf16 on tensor cores. Odd T,
+// head sizes 4 to 128, B > 1, NH > 1. Against the CPU op: relative error <= 1e-5 (fp32),
+// 1e-2 (bf16). Against the twin, which does the same arithmetic in another order: the LSE
+// within 1e-5; out and dqkv within 1e-5 on SIMT fp32, 4e-3 otherwise (an fp32 last-bit
+// difference can round a bf16 value, P or dS, to its neighbour). The backward twin runs on
+// the kernel's own out and LSE, so each direction is checked on its own. Skips without a
+// GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/cuda_skip.h"
+#include "core/dtype.h"
+
+#ifdef RINGSTEP_HAVE_CUDA
+#include <random>
+
+#include "core/cpu/ops.h"
+#include "core/cuda/device.h"
+#include "core/cuda/flash_attention.h"
+#include "core/cuda/flash_twin.h"
+#endif
+
+namespace ringstep::cuda {
+namespace {
+
+#ifndef RINGSTEP_HAVE_CUDA
+TEST(FlashKernels, SkippedWithoutCuda) { GTEST_SKIP() << testing::cuda_skip_reason(); }
+#else
+
+using flash::FlashKernel;
+
+template <typename Want>
+double rel_err(const std::vector<float>& got, const std::vector<Want>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (got[i] - double(want[i])) * (got[i] - double(want[i]));
+    den += double(want[i]) * double(want[i]);
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// A device buffer of N values stored as DT, filled from and read back as floats.
+class DeviceValues {
+ public:
+  DeviceValues(size_t n, DType dt) : n_(n), dt_(dt), p_(device_alloc(n * dtype_size(dt))) {}
+  ~DeviceValues() { device_free(p_); }
+  DeviceValues(const DeviceValues&) = delete;
+  DeviceValues& operator=(const DeviceValues&) = delete;
+  void set(const std::vector<float>& v) {
+    if (dt_ == DType::f32) return copy_to_device(p_, v.data(), n_ * sizeof(float));
+    std::vector<uint16_t> h(n_);
+    narrow_from_fp32(dt_, v.data(), h.data(), n_);
+    copy_to_device(p_, h.data(), n_ * sizeof(uint16_t));
+  }
+  std::vector<float> get() const {
+    std::vector<float> v(n_);
+    if (dt_ == DType::f32) {
+      copy_to_host(v.data(), p_, n_ * sizeof(float));
+    } else {
+      std::vector<uint16_t> h(n_);
+      copy_to_host(h.data(), p_, n_ * sizeof(uint16_t));
+      widen_to_fp32(dt_, h.data(), v.data(), n_);
+    }
+    return v;
+  }
+  void* ptr() { return p_; }
+  float* f() { return static_cast<float*>(p_); }
+
+ private:
+  size_t n_;
+  DType dt_;
+  void* p_;
+};
+
+std::vector<float> rnd(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+using Variant = std::pair<DType, FlashKernel>;
+
+class FlashKernels : public ::testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = testing::cuda_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  }
+
+  void check(int B, int T, int C, int NH, uint32_t seed) {
+    const auto [dt, kernel] = GetParam();
+    SCOPED_TRACE(::testing::Message()
+                 << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH << " hs=" << C / NH);
+    const double tol_cpu = dt == DType::f32 ? 1e-5 : 1e-2;
+    const double tol_twin = dt == DType::f32 ? 1e-5 : 4e-3;
+    const size_t nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C, nrow = size_t(B) * NH * T;
+    std::vector<float> qkv = rnd(nqkv, seed);
+    if (dt == DType::bf16) round_to_dtype(dt, qkv.data(), qkv.data(), nqkv);
+    const std::vector<float> dout = rnd(nout, seed + 1), dqkv0 = rnd(nqkv, seed + 2);
+
+    DeviceValues d_qkv(nqkv, dt), d_out(nout, dt), d_lse(nrow, DType::f32),
+        d_dqkv(nqkv, DType::f32), d_dout(nout, DType::f32), d_dsum(nrow, DType::f32);
+    d_qkv.set(qkv);
+    d_dout.set(dout);
+    d_dqkv.set(dqkv0);
+    flash_attention_forward(kernel, dt, d_out.ptr(), d_lse.f(), d_qkv.ptr(), B, T, C, NH, nullptr);
+    flash_attention_backward(kernel, dt, d_dqkv.f(), d_dout.f(), d_qkv.ptr(), d_out.ptr(),
+                             d_lse.f(), d_dsum.f(), B, T, C, NH, nullptr);
+    device_synchronize();
+    const std::vector<float> out = d_out.get(), lse = d_lse.get(), dqkv = d_dqkv.get();
+
+    // The CPU op in double on the same (rounded) inputs.
+    std::vector<double> qkv_d(qkv.begin(), qkv.end()), out_d(nout), att_d(nrow * T);
+    std::vector<double> dqkv_d(dqkv0.begin(), dqkv0.end()), dout_d(dout.begin(), dout.end());
+    cpu::attention_forward<double>(out_d.data(), att_d.data(), qkv_d.data(), B, T, C, NH);
+    cpu::attention_backward<double>(dqkv_d.data(), dout_d.data(), qkv_d.data(), att_d.data(), B, T,
+                                    C, NH);
+    EXPECT_LE(rel_err(out, out_d), tol_cpu) << "out vs cpu";
+    EXPECT_LE(rel_err(dqkv, dqkv_d), tol_cpu) << "dqkv vs cpu";
+
+    std::vector<float> out_t(nout), lse_t(nrow), dqkv_t = dqkv0;
+    flash_forward_twin(dt, kernel, out_t.data(), lse_t.data(), qkv.data(), B, T, C, NH);
+    flash_backward_twin(kernel, dqkv_t.data(), dout.data(), qkv.data(), out.data(), lse.data(), B,
+                        T, C, NH);
+    EXPECT_LE(rel_err(out, out_t), tol_twin) << "out vs twin";
+    EXPECT_LE(rel_err(lse, lse_t), 1e-5) << "lse vs twin";
+    EXPECT_LE(rel_err(dqkv, dqkv_t), tol_twin) << "dqkv vs twin";
+  }
+};
+
+TEST_P(FlashKernels, MatchTheirTwinAndTheCpuOp) {
+  const int shapes[][4] = {
+      {2, 1, 12, 3},     // T = 1, hs 4
+      {1, 7, 15, 3},     // hs 5
+      {3, 33, 15, 3},    // hs 5, B 3
+      {2, 63, 48, 3},    // hs 16
+      {1, 64, 64, 2},    // hs 32, exactly one block
+      {2, 65, 128, 2},   // hs 64, one row into the second block
+      {1, 130, 128, 1},  // hs 128, three blocks
+      {2, 130, 96, 3},   // hs 32
+      {1, 200, 192, 3},  // hs 64, four blocks
+      {1, 1024, 128, 2}  // hs 64, GPT-2's T: 16 blocks
+  };
+  uint32_t seed = 1;
+  for (const auto& s : shapes) check(s[0], s[1], s[2], s[3], seed += 3);
+}
+
+TEST_P(FlashKernels, RejectBadArguments) {
+  const auto [dt, kernel] = GetParam();
+  EXPECT_THROW(
+      flash_attention_forward(kernel, dt, nullptr, nullptr, nullptr, 1, 4, 258, 2, nullptr),
+      std::invalid_argument);  // hs 129
+  EXPECT_THROW(flash_attention_forward(FlashKernel::tensor_core, DType::f32, nullptr, nullptr,
+                                       nullptr, 1, 4, 64, 2, nullptr),
+               std::invalid_argument);  // tensor cores take bf16 only
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, FlashKernels,
+                         ::testing::Values(Variant{DType::f32, FlashKernel::simt},
+                                           Variant{DType::bf16, FlashKernel::simt},
+                                           Variant{DType::bf16, FlashKernel::tensor_core}),
+                         [](const auto& info) {
+                           return std::string(name(info.param.first)) +
+                                  (info.param.second == FlashKernel::simt ? "_simt"
+                                                                          : "_tensor_core");
+                         });
+
+#endif  // RINGSTEP_HAVE_CUDA
+
+}  // namespace
+}  // namespace ringstep::cuda
