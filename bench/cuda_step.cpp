@@ -4,7 +4,10 @@
 // milliseconds (median of the timed steps, host clock after a device synchronise), tokens/s
 // and MFU against the dense peak of the GPU in core/cuda/gpu_peak.cpp's table (bf16, or fp32
 // without TF32; FLOPs 6N + 6LCT per token, as the CPU path counts them:
-// Gpt::model_flops_per_token), then one RESULT line.
+// Gpt::model_flops_per_token), then one RESULT line. Then the fused attention of one layer
+// alone at the same shape (CudaBackend's attention_forward and attention_backward): ms and
+// TFLOP/s, counting the causal half only (forward 2 B T^2 C FLOPs: QK^T and PV; backward
+// 2.5 times that: QK^T, dP, dV, dK, dQ), as the ATTENTION line.
 //   ringstep_cuda_bench [B] [steps] [fp32|bf16]
 #include <algorithm>
 #include <chrono>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/backend.h"
 #include "core/cuda/device.h"
 #include "core/cuda/gpu_peak.h"
 #include "models/gpt.h"
@@ -31,6 +35,44 @@ double now_ms() {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// Median ms of one attention forward and one backward of GPT-2's shape, on zeroed inputs
+// (the kernels' work does not depend on the values).
+void attention_bench(int B, int T, int C, int NH, int reps, DType dt) {
+  auto be = make_backend(Device::cuda, dt);
+  const size_t es = dtype_size(dt), nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C;
+  void* qkv = cuda::device_alloc(nqkv * es);
+  void* out = cuda::device_alloc(nout * es);
+  void* state = cuda::device_alloc(be->attention_state_bytes(B, T, NH));
+  auto* dqkv = static_cast<float*>(cuda::device_alloc(nqkv * sizeof(float)));
+  auto* dout = static_cast<float*>(cuda::device_alloc(nout * sizeof(float)));
+  cuda::device_memset_zero(qkv, nqkv * es);
+  cuda::device_memset_zero(dout, nout * sizeof(float));
+  cuda::device_memset_zero(dqkv, nqkv * sizeof(float));
+  Arena arena(size_t(16) << 20, Device::cuda);
+  std::vector<double> fwd, bwd;
+  for (int r = 0; r < reps + 2; ++r) {
+    cuda::device_synchronize();
+    const double t0 = now_ms();
+    be->attention_forward(out, state, qkv, B, T, C, NH, arena);
+    cuda::device_synchronize();
+    const double t1 = now_ms();
+    be->attention_backward(dqkv, dout, qkv, out, state, B, T, C, NH, arena);
+    cuda::device_synchronize();
+    const double t2 = now_ms();
+    if (r >= 2) {
+      fwd.push_back(t1 - t0);
+      bwd.push_back(t2 - t1);
+    }
+  }
+  for (void* p : {qkv, out, state, static_cast<void*>(dqkv), static_cast<void*>(dout)})
+    cuda::device_free(p);
+  const double f = median(fwd), b = median(bwd), flops = 2.0 * B * T * double(T) * C;
+  std::printf(
+      "ATTENTION %s B=%d T=%d C=%d NH=%d, one layer: forward %.3f ms (%.1f TFLOP/s), "
+      "backward %.3f ms (%.1f TFLOP/s)\n",
+      dtype_name(dt), B, T, C, NH, f, flops / f / 1e9, b, 2.5 * flops / b / 1e9);
 }
 
 int run(int B, int steps, DType dt) {
@@ -78,6 +120,7 @@ int run(int B, int steps, DType dt) {
   std::printf("RESULT %s B=%d T=%d: %.1f ms/step, %.0f tok/s, %.1f TFLOP/s, MFU %.1f%% of %.0f\n",
               dtype_name(dt), B, T, step, tok_s, achieved, peak > 0 ? 100 * achieved / peak : 0.0,
               peak);
+  attention_bench(B, T, m.d_model, m.n_heads, steps, dt);
   return 0;
 }
 
