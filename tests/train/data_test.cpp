@@ -16,6 +16,7 @@
 #include "train/synthetic.h"
 #include "train/token_file.h"
 #include "train/token_stream.h"
+#include "train/temp_dir_test.h"
 
 namespace ringstep {
 namespace {
@@ -183,26 +184,9 @@ TEST(Synthetic, TargetsAreInputsShiftedByOneAndInVocab) {
   }
 }
 
-// A fresh directory per test under the system temp dir, removed afterwards.
-class TokenFile : public ::testing::Test {
+// Token files written per test into a fresh directory (TempDirTest).
+class TokenFile : public ringstep::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ringstep-data-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  void write_bytes(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path(name), std::ios::binary) << bytes;
-  }
-  std::string read_bytes(const std::string& name) const {
-    std::ifstream in(path(name), std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
   Config file_config(const std::string& name, int seq_len = 8, int vocab = 256) const {
     Config cfg;
     cfg.model.vocab_size = vocab;
@@ -226,7 +210,6 @@ class TokenFile : public ::testing::Test {
     return tokens;
   }
 
-  fs::path dir_;
 };
 
 TEST_F(TokenFile, PrepareRoundTrip) {

@@ -15,6 +15,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "train/data.h"
+#include "train/temp_dir_test.h"
 #include "train/token_file.h"
 #include "train/token_stream.h"
 
@@ -45,25 +46,8 @@ std::vector<uint16_t> iota(size_t n, uint16_t from = 0) {
   return t;
 }
 
-class LlmcShard : public ::testing::Test {
+class LlmcShard : public ringstep::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ringstep-llmc-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  void write_bytes(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path(name), std::ios::binary) << bytes;
-  }
-  std::string read_bytes(const std::string& name) const {
-    std::ifstream in(path(name), std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
   TokenStream open(const std::string& name, DataFormat format = DataFormat::auto_,
                    int vocab = 50257) const {
     return open_token_stream("data.path", path(name), format, vocab);
@@ -87,7 +71,6 @@ class LlmcShard : public ::testing::Test {
     }
   }
 
-  fs::path dir_;
 };
 
 TEST_F(LlmcShard, WriterWritesTheBytesOfLlmcsWriteDatafile) {
