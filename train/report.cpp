@@ -48,7 +48,7 @@ std::vector<StepRecord> read_steps(const std::string& path, std::vector<std::str
     try {
       j = json::parse(line);
       if (!j.is_object()) problem = "not a JSON object";
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
       problem = e.what();
     }
     if (!problem.empty()) {
@@ -120,7 +120,7 @@ void compute_step_stats(const std::vector<StepRecord>& steady, ReportData& r) {
 // (model_gflops / mfu).
 void compute_throughput(const std::vector<StepRecord>& steady, const json& summary, ReportData& r) {
   r.tokens_per_step =
-      percentile(collect(steady, [](const StepRecord& s) { return s.tokens; }), 0.5);
+      percentile(collect(steady, [](const StepRecord& s) { return double(s.tokens); }), 0.5);
   if (r.step_ms_p50 <= 0) return;
   r.tokens_per_s = r.tokens_per_step / (r.step_ms_p50 / 1e3);
   const double gflop_per_step =

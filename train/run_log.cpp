@@ -76,8 +76,8 @@ void print_data_and_batch(const Config& cfg, const RunFacts& f) {
         "%d-token window %.4f nats/token\n",
         f.data_description.c_str(), f.data.entropy_rate, cfg.model.seq_len, f.data.window_floor);
   const int B = cfg.train.micro_batch, accum = cfg.train.grad_accum_steps;
-  std::printf("  batch      %d micro x %d accum x %d ranks = %d sequences = %.0f tokens/step\n", B,
-              accum, f.world, B * accum * f.world, f.tokens_per_step);
+  std::printf("  batch      %d micro x %d accum x %d ranks = %d sequences = %lld tokens/step\n",
+              B, accum, f.world, B * accum * f.world, static_cast<long long>(f.tokens_per_step));
 }
 
 void print_comm_and_trace(const Config& cfg, const RunFacts& f) {

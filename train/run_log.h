@@ -23,7 +23,7 @@ struct RunFacts {
   std::string peak_source;        // "from config" or how it was measured
   double flops_per_token = 0;     // model FLOPs (6N + 6LCT)
   double hw_flops_per_token = 0;  // plus the recomputed forward
-  double tokens_per_step = 0;     // global
+  int64_t tokens_per_step = 0;    // global
   DataInfo data;                  // entropy rate and floor (NaN: unknown)
   std::string data_description;
   uint64_t param_bytes = 0, optimizer_bytes = 0, arena_bytes = 0;

@@ -1,7 +1,9 @@
 // One optimizer step as a line of steps.jsonl (docs/logs.md): the one home of the record's
-// schema. The trainer fills a StepRecord and writes it with to_json; the gradient sync
-// fills its `ranks` block from every rank's PhaseTimes; `ringstep report` reads it back with
-// step_record_from_json. The phase names come from core/profiler.h's kPhaseFields.
+// schema, one list of fields (step_record.cpp) that both the writer and the reader walk
+// (train/json_fields.h). The trainer fills a StepRecord and writes it with record_line; the
+// gradient sync fills its `ranks` block from every rank's PhaseTimes; `ringstep report`
+// reads it back with step_record_from_json. The phase names come from core/profiler.h's
+// kPhaseFields.
 #pragma once
 
 #include <array>
@@ -11,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/op_profile.h"
 #include "core/profiler.h"
@@ -23,6 +26,10 @@ namespace ringstep {
 // the same ratio on step_ms_max / step_ms_median.
 inline constexpr double kStragglerRatio = 1.10;
 inline constexpr int kStragglerSteps = 3;
+
+// A world or thread count above this in a run's files is damage, not a run (the report
+// sizes per-rank tables by it).
+inline constexpr int64_t kMaxWorld = int64_t{1} << 20;
 
 // A value's spread over the ranks of one step.
 struct Spread {
@@ -51,7 +58,7 @@ struct StepRecord {
   double loss = 0;
   double val_loss = kNaN;  // NaN: no evaluation at this step (key left out)
   double lr = 0;
-  double tokens = 0;        // global tokens of the step, all ranks
+  int64_t tokens = 0;       // global tokens of the step, all ranks
   double grad_norm = kNaN;  // NaN: not computed (skipped step; null in JSON)
   double loss_scale = 1;
   bool skipped = false;
@@ -71,10 +78,18 @@ struct StepRecord {
 };
 
 nlohmann::ordered_json to_json(const StepRecord& r);
-// Reads one record; WHERE ("steps.jsonl:12") prefixes errors. step, loss, tokens and the
-// time_ms phases other than recompute and comm are required (InputError if missing);
-// everything else defaults as in StepRecord.
+// The record as one line of steps.jsonl (no newline): numbers rounded as docs/logs.md says
+// and written with no more digits than that.
+std::string record_line(const StepRecord& r);
+// Reads one record; WHERE ("run/steps.jsonl:12") prefixes errors. Throws InputError naming
+// the field for a missing field, a wrong type, a value out of range (a negative time, a
+// null where a number is needed) or a key the record does not have. Fields that later
+// versions added (docs/logs.md) may be absent and keep StepRecord's defaults.
 StepRecord step_record_from_json(const nlohmann::json& j, const std::string& where);
+
+// The dotted names of the fields a record can have ("time_ms.step", "ranks.phase_ms",
+// "ops"), in the order they are written: what docs/logs.md's table must list.
+std::vector<std::string> step_record_field_names();
 
 // OBJ[KEY] if it is a number, else FALLBACK (for the optional fields of the run's JSON files).
 double json_number_or(const nlohmann::json& obj, const char* key, double fallback);

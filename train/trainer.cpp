@@ -442,7 +442,7 @@ void Trainer::log_record(const StepResult& s, int n, float val_loss, TrainOutcom
   r.mem_bytes = {facts_.param_bytes, facts_.param_bytes, facts_.optimizer_bytes,
                  arena_.peak_bytes()};
   r.ops = s.ops;
-  run_dir_.append_step(to_json(r).dump());
+  run_dir_.append_step(record_line(r));
   if (log_line) print_step_line(r, steps, state_.scaler.mode() != LossScaleMode::none);
   const std::string event = stragglers_.update(n, view.ranks.straggler, view.straggler_ratio);
   if (!event.empty()) std::printf("%s", event.c_str());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/profiler.h"
 #include "models/gpt.h"
 #include "train/grad_sync.h"
 #include "train/report.h"
@@ -54,14 +55,16 @@ json Op(const char* phase, const char* op, double ms, double flops, double bytes
 }
 
 // Two ranks where each waits EXPOSED ms of a step for COMM ms of communication; the time
-// comes out of forward, so the sum rule still holds.
+// comes out of backward, so the sum rule still holds. The ranks agree on every phase.
 std::function<void(json&)> Comm(double comm, double exposed, double busbw = 0) {
   return [=](json& r) {
     json& t = r["time_ms"];
-    t["forward"] = double(t["forward"]) - exposed;
+    t["backward"] = double(t["backward"]) - exposed;
     t["comm"] = comm, t["comm_exposed"] = exposed;
-    r["ranks"]["phase_ms"]["comm_exposed"] = {
-        {"min", exposed}, {"median", exposed}, {"max", exposed}};
+    for (size_t f = 1; f < kPhaseFields.size(); ++f) {
+      const double ms = t[kPhaseFields[f].name];
+      r["ranks"]["phase_ms"][kPhaseFields[f].name] = {{"min", ms}, {"median", ms}, {"max", ms}};
+    }
     r["comm_busbw_gbs"] = busbw;
   };
 }

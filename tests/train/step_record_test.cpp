@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
+#include <random>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,7 +41,10 @@ StepRecord FullRecord() {
   r.mfu = 0.375;
   r.hardware_gflops = 50.5;
   r.comm_bytes = 3355443;
+  r.comm_sent_bytes = 5033164;
   r.comm_busbw_gbs = 1.5;
+  r.stage = OneBitStage::compressed;
+  r.compression_error = 0.625;
   r.mem_bytes = {100, 200, 300, 400};
   r.ops.at(OpPhase::forward, Op::qkv) = {8, 13.25, 8e8, 1.8e7};
   r.ops.at(OpPhase::backward, Op::zero) = {38, 2.5, 0, 4.6e7};
@@ -71,7 +79,13 @@ TEST(StepRecord, EveryFieldRoundTripsThroughJson) {
   EXPECT_EQ(b.mfu, a.mfu);
   EXPECT_EQ(b.hardware_gflops, a.hardware_gflops);
   EXPECT_EQ(b.comm_bytes, a.comm_bytes);
+  EXPECT_EQ(b.comm_sent_bytes, a.comm_sent_bytes);
   EXPECT_EQ(b.comm_busbw_gbs, a.comm_busbw_gbs);
+  EXPECT_EQ(b.stage, a.stage);
+  EXPECT_EQ(b.compression_error, a.compression_error);
+  EXPECT_EQ(b.mem_bytes.params, 100u);
+  EXPECT_EQ(b.mem_bytes.grads, 200u);
+  EXPECT_EQ(b.mem_bytes.optimizer, 300u);
   EXPECT_EQ(b.mem_bytes.activations_peak, 400u);
   for (size_t p = 0; p < kOpPhaseCount; ++p)
     for (size_t o = 0; o < kOpCount; ++o) {
@@ -118,8 +132,125 @@ TEST(StepRecord, MissingRequiredPhaseNamesTheField) {
     step_record_from_json(j, "steps.jsonl:3");
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), "steps.jsonl:3: missing number 'time_ms.forward'");
+    EXPECT_EQ(std::string(e.what()), "steps.jsonl:3: field 'time_ms.forward' is missing");
   }
+}
+
+// docs/logs.md: times to 1 us, tokens_per_s to 0.1, model_gflops to 0.001, mfu to 0.0001,
+// and the text holds no more digits than that (round(x / q) * q left 3.3240000000000003).
+TEST(StepRecord, NumbersAreWrittenWithTheirDecimalsOnly) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> ms(0, 2000), unit(0, 1);
+  const std::map<std::string, int> decimals = {
+      {"tokens_per_s", 1},    {"model_gflops", 3},   {"mfu", 4},
+      {"hardware_gflops", 3}, {"comm_busbw_gbs", 4}, {"compression_error", 6}};
+  std::set<std::string> ms_keys = {
+      "step_ms_min", "step_ms_median", "step_ms_max", "busy_ms_median", "busy_ms_max",
+      "min",         "median",         "max"};
+  for (const PhaseField& f : kPhaseFields) ms_keys.insert(f.name);
+  const std::regex number("\"([a-z_]+)\":(-?[0-9][0-9.eE+-]*)");
+  int checked = 0;
+  for (int i = 0; i < 2000; ++i) {
+    StepRecord r = FullRecord();
+    for (const PhaseField& f : kPhaseFields) r.time_ms.*f.ms = ms(rng);
+    r.ranks.step_ms = {ms(rng), ms(rng), ms(rng)};
+    for (Spread& p : r.ranks.phase_ms) p = {ms(rng), ms(rng), ms(rng)};
+    r.ranks.busy_ms_median = ms(rng), r.ranks.busy_ms_max = ms(rng);
+    r.tokens_per_s = 1e5 * unit(rng), r.model_gflops = 1e3 * unit(rng), r.mfu = unit(rng);
+    r.hardware_gflops = 1e3 * unit(rng), r.comm_busbw_gbs = 10 * unit(rng);
+    r.compression_error = unit(rng);
+    r.ops.at(OpPhase::forward, Op::qkv).ms = ms(rng);
+    const std::string line = record_line(r);
+    for (std::sregex_iterator m(line.begin(), line.end(), number), end; m != end; ++m) {
+      const std::string key = (*m)[1], text = (*m)[2];
+      const int most = ms_keys.count(key) || key == "ms" ? 3
+                       : decimals.count(key)             ? decimals.at(key)
+                                                         : -1;
+      if (most < 0) continue;
+      ++checked;
+      EXPECT_EQ(text.find_first_of("eE"), std::string::npos) << key << " " << text;
+      const size_t dot = text.find('.');
+      const int got = dot == std::string::npos ? 0 : int(text.size() - dot - 1);
+      EXPECT_LE(got, most) << key << " " << text << "\n" << line;
+    }
+  }
+  EXPECT_GT(checked, 2000 * 40);
+  // Tokens are an integer.
+  EXPECT_NE(record_line(FullRecord()).find("\"tokens\":4096,"), std::string::npos);
+}
+
+// Records of earlier versions (the report fixtures: no recompute/comm breakdown per rank,
+// no hardware_gflops, tokens written as 2048.0) still read.
+TEST(StepRecord, OlderRecordsStillRead) {
+  std::ifstream in(std::string(RINGSTEP_SOURCE_DIR) +
+                   "/tests/train/fixtures/report_run/healthy/steps.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const StepRecord r = step_record_from_json(nlohmann::json::parse(line), "steps.jsonl:1");
+  EXPECT_EQ(r.tokens, 2048);
+  EXPECT_EQ(r.ranks.world, 1);
+  EXPECT_EQ(r.ranks.straggler, -1);
+  EXPECT_EQ(r.hardware_gflops, 0);
+}
+
+std::string ReadError(const nlohmann::json& j) {
+  try {
+    step_record_from_json(j, "run/steps.jsonl:7");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A damaged record is an InputError naming the line and the field, whatever is wrong.
+TEST(StepRecord, DamagedRecordsNameTheLineAndTheField) {
+  const nlohmann::json good = nlohmann::json::parse(record_line(FullRecord()));
+  const auto with = [&](const std::string& pointer, const nlohmann::json& v) {
+    nlohmann::json j = good;
+    j[nlohmann::json::json_pointer(pointer)] = v;
+    return ReadError(j);
+  };
+  const auto without = [&](const std::string& pointer) {
+    nlohmann::json j = good;
+    const nlohmann::json::json_pointer p(pointer);
+    j[p.parent_pointer()].erase(p.back());
+    return ReadError(j);
+  };
+  const std::string at = "run/steps.jsonl:7: ";
+  EXPECT_EQ(with("/time_ms/forward", -3.5), at + "field 'time_ms.forward' must be >= 0, got -3.5");
+  EXPECT_EQ(with("/loss", "2.5"), at + "field 'loss' must be a number, got \"2.5\"");
+  EXPECT_EQ(with("/lr", nullptr), at + "field 'lr' is null; it needs a value");
+  EXPECT_EQ(with("/step", 2.5), at + "field 'step' must be an integer in [1, 2147483647], got 2.5");
+  EXPECT_EQ(with("/step", 1e300),
+            at + "field 'step' must be an integer in [1, 2147483647], got 1e+300");
+  EXPECT_EQ(with("/comm_bytes", -1), at + "field 'comm_bytes' must be an integer >= 0, got -1");
+  EXPECT_EQ(with("/skipped", "no"), at + "field 'skipped' must be true or false, got \"no\"");
+  EXPECT_EQ(with("/ranks/world", 1e12),
+            at + "field 'ranks.world' must be an integer in [1, 1048576], got 1000000000000.0");
+  EXPECT_EQ(with("/ranks/phase_ms/data/max", true),
+            at + "field 'ranks.phase_ms.data.max' must be a number, got true");
+  EXPECT_EQ(with("/mem_bytes", 5), at + "field 'mem_bytes' must be an object, got 5");
+  EXPECT_EQ(with("/ops/0/calls", -2), at + "field 'ops[0].calls' must be an integer >= 0, got -2");
+  EXPECT_EQ(with("/ops", "all"), at + "field 'ops' must be a list, got \"all\"");
+  EXPECT_EQ(with("/stage", "frozen"),
+            at + "field 'stage' is 'frozen'; expected one of warmup, compressed");
+  EXPECT_EQ(with("/lozz", 1), at + "unknown field 'lozz'");
+  EXPECT_EQ(with("/time_ms/stepp", 1), at + "unknown field 'time_ms.stepp'");
+  EXPECT_EQ(without("/loss"), at + "field 'loss' is missing");
+  EXPECT_EQ(without("/mem_bytes/grads"), at + "field 'mem_bytes.grads' is missing");
+  nlohmann::json renamed = good;
+  renamed["time_ms"]["fwd"] = renamed["time_ms"]["forward"];
+  renamed["time_ms"].erase("forward");
+  EXPECT_EQ(ReadError(renamed), at + "field 'time_ms.forward' is missing");
+  renamed["time_ms"]["froward"] = 1.0;
+  EXPECT_EQ(ReadError(renamed), at + "field 'time_ms.forward' is missing (misspelt as 'froward'?)");
+  EXPECT_EQ(ReadError(nlohmann::json::array()), at + "expected a JSON object, got []");
+  // What may be null or absent is: a non-finite loss, the norm of a skipped step, fields
+  // that later versions added.
+  EXPECT_EQ(with("/loss", nullptr), "(no error)");
+  EXPECT_EQ(with("/grad_norm", nullptr), "(no error)");
+  EXPECT_EQ(without("/hardware_gflops"), "(no error)");
+  EXPECT_EQ(without("/time_ms/recompute"), "(no error)");
 }
 
 // nccl-tests: busbw = bytes / time x 2(n-1)/n.
