@@ -115,30 +115,37 @@ void compute_step_stats(const std::vector<StepRecord>& steady, ReportData& r) {
   r.overlap = sum.comm > 0 ? 1 - sum.comm_exposed / sum.comm : kNaN;
 }
 
-// Throughput and MFU at the p50 step. A record's model_gflops x step time is the model
-// FLOPs of one step on one rank; the peak comes from summary.json, else from the records
-// (model_gflops / mfu).
+// Throughput and MFU at the p50 step, by the formula of the records and the summary
+// (throughput(), train/step_record.h). A record's model_gflops x step time x world / tokens
+// is the model's FLOPs per token; the peak is summary.json's (the run's one peak; a summary
+// of format 1 keeps it as peak_gflops_start), else the records' model_gflops / mfu.
 void compute_throughput(const std::vector<StepRecord>& steady, const json& summary, ReportData& r) {
   r.tokens_per_step =
       percentile(collect(steady, [](const StepRecord& s) { return double(s.tokens); }), 0.5);
-  if (r.step_ms_p50 <= 0) return;
-  r.tokens_per_s = r.tokens_per_step / (r.step_ms_p50 / 1e3);
-  const double gflop_per_step =
-      percentile(collect(steady,
-                         [](const StepRecord& s) {
-                           return s.model_gflops > 0 ? s.model_gflops * s.time_ms.step / 1e3 : kNaN;
-                         }),
-                 0.5);
-  r.model_gflops = gflop_per_step / (r.step_ms_p50 / 1e3);
-  r.peak_gflops = json_number_or(summary, "peak_gflops", 0);
+  const int world = r.world;
+  const double flops_per_token = percentile(
+      collect(steady,
+              [&](const StepRecord& s) {
+                return s.model_gflops > 0 ? s.model_gflops * 1e9 * (s.time_ms.step / 1e3) * world /
+                                                double(s.tokens)
+                                          : kNaN;
+              }),
+      0.5);
+  r.peak_gflops =
+      json_number_or(summary, "peak_gflops_start", json_number_or(summary, "peak_gflops", 0));
+  r.peak_gflops_end = json_number_or(summary, "peak_gflops_end", 0);
   if (r.peak_gflops <= 0)
     r.peak_gflops = percentile(
         collect(steady,
                 [](const StepRecord& s) { return s.mfu > 0 ? s.model_gflops / s.mfu : kNaN; }),
         0.5);
-  r.mfu = r.peak_gflops > 0 ? r.model_gflops / r.peak_gflops : 0;
   if (r.peak_gflops <= 0)
     r.warnings.push_back("no peak GFLOP/s in summary.json or the step records: MFU unknown");
+  const Throughput t =
+      throughput(r.tokens_per_step, r.step_ms_p50, flops_per_token, world, r.peak_gflops);
+  r.tokens_per_s = t.tokens_per_s;
+  r.model_gflops = t.model_gflops;
+  r.mfu = t.mfu;
 }
 
 void compute_ranks(const std::vector<StepRecord>& steady, ReportData& r) {

@@ -123,7 +123,8 @@ struct ReportData {
   double tokens_per_s = 0;     // tokens_per_step at the p50 step
   double model_gflops = 0;     // per rank, at the p50 step
   double peak_gflops = 0;      // per rank, from summary.json or the step records
-  double mfu = 0;
+  double peak_gflops_end = 0;  // summary.json's end-of-run measurement (information); 0 = none
+  double mfu = 0;              // throughput() of train/step_record.h, as the records' and summary's
 
   int skipped_steps = 0;
   double skipped_pct = 0;  // of all step records

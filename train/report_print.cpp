@@ -85,10 +85,14 @@ void print_time(const ReportData& r, Text& t) {
     t.line("  comm in flight %4.1f%%   overlap %.1f%% (1 - exposed/comm)", p.comm, 100 * r.overlap);
   else
     t.line("  comm in flight %4.1f%%   overlap n/a (nothing communicated)", p.comm);
+  char end[96] = "";
+  if (r.peak_gflops_end > 0 && r.peak_gflops > 0 && r.peak_gflops_end != r.peak_gflops)
+    std::snprintf(end, sizeof end, " (%.1f measured at the end, %+.0f%%)", r.peak_gflops_end,
+                  100 * (r.peak_gflops_end / r.peak_gflops - 1));
   t.line(
       "throughput   %s tokens/s at p50 (%.0f tokens/step) | model %.1f GFLOP/s/rank | peak "
-      "%.1f GFLOP/s/rank | MFU %.1f%%",
-      human_count(r.tokens_per_s).c_str(), r.tokens_per_step, r.model_gflops, r.peak_gflops,
+      "%.1f GFLOP/s/rank%s | MFU %.1f%%",
+      human_count(r.tokens_per_s).c_str(), r.tokens_per_step, r.model_gflops, r.peak_gflops, end,
       100 * r.mfu);
   t.line("skipped      %d of %d steps (%.1f%%)", r.skipped_steps, r.steps, r.skipped_pct);
 }
@@ -298,6 +302,7 @@ std::string report_json(const ReportData& r) {
                      {"tokens_per_s", r.tokens_per_s},
                      {"model_gflops", r.model_gflops},
                      {"peak_gflops", positive(r.peak_gflops)},
+                     {"peak_gflops_end", positive(r.peak_gflops_end)},
                      {"mfu", r.peak_gflops > 0 ? ojson(r.mfu) : ojson(nullptr)}};
   j["skipped"] = {{"steps", r.skipped_steps}, {"pct", r.skipped_pct}};
   if (r.onebit) {

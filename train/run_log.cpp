@@ -76,8 +76,8 @@ void print_data_and_batch(const Config& cfg, const RunFacts& f) {
         "%d-token window %.4f nats/token\n",
         f.data_description.c_str(), f.data.entropy_rate, cfg.model.seq_len, f.data.window_floor);
   const int B = cfg.train.micro_batch, accum = cfg.train.grad_accum_steps;
-  std::printf("  batch      %d micro x %d accum x %d ranks = %d sequences = %lld tokens/step\n",
-              B, accum, f.world, B * accum * f.world, static_cast<long long>(f.tokens_per_step));
+  std::printf("  batch      %d micro x %d accum x %d ranks = %d sequences = %lld tokens/step\n", B,
+              accum, f.world, B * accum * f.world, static_cast<long long>(f.tokens_per_step));
 }
 
 void print_comm_and_trace(const Config& cfg, const RunFacts& f) {
@@ -247,7 +247,7 @@ struct Speed {
   double p50 = 0, p90 = 0;
   double tok_s = 0, wall_tok_s = 0;  // at the p50 step; over the loop's wall time
   double gflops = 0;                 // model GFLOP/s per rank at the p50 step
-  double peak = 0;                   // the larger of the start and end peaks
+  double mfu = 0;                    // against the run's one peak, the start's
 };
 
 Speed speed_of(const RunFacts& f, const RunTotals& totals, const RunEnd& end) {
@@ -259,11 +259,16 @@ Speed speed_of(const RunFacts& f, const RunTotals& totals, const RunEnd& end) {
   s.wall_tok_s = f.tokens_per_step * (totals.steps_run - totals.resumed_step) / end.loop_s;
   s.p50 = steady.empty() ? 0.0 : percentile(steady, 0.5);
   s.p90 = percentile(steady, 0.9);
-  s.tok_s = steady.empty() ? s.wall_tok_s : f.tokens_per_step / (s.p50 / 1e3);
-  s.gflops = f.flops_per_token * s.tok_s / 1e9 / f.world;
-  // This machine's speed drifts (shared host): the summary's MFU divides by the larger of
-  // the two peaks, so it is never flattered by a slow moment at start-up.
-  s.peak = std::max(f.peak_gflops, end.peak_gflops_end);
+  // The p50 step; with the profiler off, the mean step of the loop's wall time.
+  const int steps_here = totals.steps_run - totals.resumed_step;
+  const double step_ms = !steady.empty()  ? s.p50
+                         : steps_here > 0 ? 1e3 * end.loop_s / steps_here
+                                          : 0;
+  const Throughput t =
+      throughput(double(f.tokens_per_step), step_ms, f.flops_per_token, f.world, f.peak_gflops);
+  s.tok_s = t.tokens_per_s;
+  s.gflops = t.model_gflops;
+  s.mfu = t.mfu;
   return s;
 }
 
@@ -291,10 +296,10 @@ ojson summary_json(const Config& cfg, const RunFacts& f, const RunTotals& totals
   sum["step_ms_p90"] = sp.p90;
   sum["tokens_per_s"] = sp.tok_s;
   sum["model_gflops"] = sp.gflops;
-  sum["peak_gflops"] = sp.peak;
+  sum["peak_gflops"] = f.peak_gflops;
   sum["peak_gflops_start"] = f.peak_gflops;
-  sum["peak_gflops_end"] = end.peak_gflops_end;
-  sum["mfu"] = sp.peak > 0 ? sp.gflops / sp.peak : 0;  // 0: a GPU with no known peak
+  sum["peak_gflops_end"] = end.peak_gflops_end;  // information only
+  sum["mfu"] = sp.mfu;                           // 0: a GPU with no known peak
   sum["comm_exposed_frac"] =
       totals.step_ms_sum > 0 ? totals.comm_exposed_ms / totals.step_ms_sum : 0.0;
   // Overlap = 1 - exposed / in flight, over the whole run; null with no communication.
@@ -318,11 +323,13 @@ void print_done(const Config& cfg, const RunFacts& f, const RunTotals& totals,
   if (!std::isnan(f.data.window_floor))
     std::printf(" | floor %.4f (gap %.4f nats)", f.data.window_floor,
                 end.final_val_loss - f.data.window_floor);
-  std::printf(
-      " | step p50 %.1f ms | %s tok/s | MFU %.1f%% (peak %.1f GFLOP/s: %.1f at start, "
-      "%.1f at end)\n",
-      sp.p50, human_count(sp.tok_s).c_str(), sp.peak > 0 ? 100.0 * sp.gflops / sp.peak : 0.0,
-      sp.peak, f.peak_gflops, end.peak_gflops_end);
+  std::printf(" | step p50 %.1f ms | %s tok/s | MFU %.1f%% (peak %.1f GFLOP/s/rank", sp.p50,
+              human_count(sp.tok_s).c_str(), 100 * sp.mfu, f.peak_gflops);
+  // Information only, never a second denominator: how far this machine's speed moved.
+  if (f.peak_gflops > 0 && end.peak_gflops_end > 0 && end.peak_gflops_end != f.peak_gflops)
+    std::printf("; measured again at the end: %.1f, %+.0f%%", end.peak_gflops_end,
+                100 * (end.peak_gflops_end / f.peak_gflops - 1));
+  std::printf(")\n");
   std::printf(
       "  activations: arena peak %.2f MiB measured; Korthikanti et al. estimate %.2f MiB for "
       "the blocks (%s, recompute %s); the arena also holds embeddings, logits and backward's "

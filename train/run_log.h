@@ -19,7 +19,7 @@ class LossScaler;
 // Facts fixed for the whole run, measured or derived once at start.
 struct RunFacts {
   int rank = 0, world = 1, threads = 1;
-  double peak_gflops = 0;         // per rank, at start
+  double peak_gflops = 0;         // per rank, at start: MFU's one peak (docs/metrics.md)
   std::string peak_source;        // "from config" or how it was measured
   double flops_per_token = 0;     // model FLOPs (6N + 6LCT)
   double hw_flops_per_token = 0;  // plus the recomputed forward
@@ -56,7 +56,7 @@ struct RunEnd {
   std::string stop_reason;  // "" unless the loss scaler stopped the run
   uint64_t activations_peak_bytes = 0;
   double loop_s = 0;           // wall time of the loop, evaluations included
-  double peak_gflops_end = 0;  // measured again after the run
+  double peak_gflops_end = 0;  // measured again after the run: information only
 };
 
 void print_header(const Config& cfg, const RunFacts& facts, const Gpt& model,

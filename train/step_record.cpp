@@ -147,6 +147,20 @@ std::vector<std::string> step_record_field_names() {
   return names;
 }
 
+double model_flops_utilization(double model_gflops, double peak_gflops) {
+  return peak_gflops > 0 ? model_gflops / peak_gflops : 0;
+}
+
+Throughput throughput(double tokens, double step_ms, double flops_per_token, int world,
+                      double peak_gflops) {
+  Throughput t;
+  if (step_ms <= 0 || world <= 0) return t;
+  t.tokens_per_s = tokens / (step_ms / 1e3);
+  t.model_gflops = flops_per_token * t.tokens_per_s / 1e9 / world;
+  t.mfu = model_flops_utilization(t.model_gflops, peak_gflops);
+  return t;
+}
+
 double json_number_or(const json& obj, const char* key, double fallback) {
   auto it = obj.find(key);
   return it != obj.end() && it->is_number() ? it->get<double>() : fallback;

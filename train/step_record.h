@@ -3,7 +3,8 @@
 // (train/json_fields.h). The trainer fills a StepRecord and writes it with record_line; the
 // gradient sync fills its `ranks` block from every rank's PhaseTimes; `ringstep report`
 // reads it back with step_record_from_json. The phase names come from core/profiler.h's
-// kPhaseFields.
+// kPhaseFields. Also here: the definition of MFU that the record, the summary and the
+// report share.
 #pragma once
 
 #include <array>
@@ -90,6 +91,21 @@ StepRecord step_record_from_json(const nlohmann::json& j, const std::string& whe
 // The dotted names of the fields a record can have ("time_ms.step", "ranks.phase_ms",
 // "ops"), in the order they are written: what docs/logs.md's table must list.
 std::vector<std::string> step_record_field_names();
+
+// What one step of STEP_MS milliseconds that trains TOKENS tokens (all ranks) at
+// FLOPS_PER_TOKEN model FLOPs each achieves on each of WORLD ranks whose peak is PEAK_GFLOPS
+// (docs/metrics.md "MFU"). The step records, the summary and the report all call this.
+struct Throughput {
+  double tokens_per_s = 0;
+  double model_gflops = 0;  // per rank
+  double mfu = 0;
+};
+Throughput throughput(double tokens, double step_ms, double flops_per_token, int world,
+                      double peak_gflops);
+// Model FLOPs utilization: MODEL_GFLOPS / PEAK_GFLOPS, both per rank; 0 when the peak is
+// unknown (a GPU the peak table lacks). PEAK_GFLOPS is the run's one peak: profile.peak_gflops
+// or the one measured at start, never the end-of-run measurement (docs/metrics.md says why).
+double model_flops_utilization(double model_gflops, double peak_gflops);
 
 // OBJ[KEY] if it is a number, else FALLBACK (for the optional fields of the run's JSON files).
 double json_number_or(const nlohmann::json& obj, const char* key, double fallback);

@@ -430,9 +430,9 @@ void Trainer::log_record(const StepResult& s, int n, float val_loss, TrainOutcom
   r.skipped = !s.applied;
   r.time_ms = view.slowest;
   r.ranks = view.ranks;
-  r.tokens_per_s = facts_.tokens_per_step / (view.slowest.step / 1e3);
-  r.model_gflops = facts_.flops_per_token * r.tokens_per_s / 1e9 / facts_.world;
-  r.mfu = facts_.peak_gflops > 0 ? r.model_gflops / facts_.peak_gflops : 0;
+  const Throughput t = throughput(double(r.tokens), view.slowest.step, facts_.flops_per_token,
+                                  facts_.world, facts_.peak_gflops);
+  r.tokens_per_s = t.tokens_per_s, r.model_gflops = t.model_gflops, r.mfu = t.mfu;
   r.hardware_gflops = facts_.hw_flops_per_token * r.tokens_per_s / 1e9 / facts_.world;
   r.comm_bytes = s.comm.bytes;
   r.comm_sent_bytes = s.comm.sent_bytes;

@@ -253,6 +253,18 @@ TEST(StepRecord, DamagedRecordsNameTheLineAndTheField) {
   EXPECT_EQ(without("/time_ms/recompute"), "(no error)");
 }
 
+// MFU is model GFLOP/s over the run's one peak; 0 when the peak is unknown.
+TEST(StepRecord, ThroughputIsTheOneDefinitionOfMfu) {
+  // 2048 tokens in 100 ms at 5 MFLOP/token on 2 ranks: 20480 tok/s, 51.2 GFLOP/s/rank.
+  const Throughput t = throughput(2048, 100, 5e6, 2, 128);
+  EXPECT_DOUBLE_EQ(t.tokens_per_s, 20480);
+  EXPECT_DOUBLE_EQ(t.model_gflops, 51.2);
+  EXPECT_DOUBLE_EQ(t.mfu, 0.4);
+  EXPECT_DOUBLE_EQ(t.mfu, model_flops_utilization(t.model_gflops, 128));
+  EXPECT_EQ(throughput(2048, 100, 5e6, 2, 0).mfu, 0);
+  EXPECT_EQ(throughput(2048, 0, 5e6, 2, 128).tokens_per_s, 0);
+}
+
 // nccl-tests: busbw = bytes / time x 2(n-1)/n.
 TEST(StepRecord, BusBandwidthIsNcclTestsFormula) {
   EXPECT_DOUBLE_EQ(busbw_gbs(1000000000, 1000, 4), 1.5);
