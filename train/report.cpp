@@ -6,12 +6,14 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "core/profiler.h"
 #include "core/stats.h"
 #include "models/gpt.h"
+#include "train/run_summary.h"
 #include "train/step_record.h"
 
 namespace ringstep {
@@ -66,21 +68,22 @@ std::vector<StepRecord> read_steps(const std::string& path, std::vector<std::str
   return out;
 }
 
-json read_summary(const std::string& path, std::vector<std::string>& warnings) {
+std::optional<RunSummary> read_summary(const std::string& path,
+                                       std::vector<std::string>& warnings) {
   if (!input_exists(path, "summary")) {
     warnings.push_back(path +
                        " not found (run unfinished?): every number is computed from "
                        "steps.jsonl");
-    return json::object();
+    return std::nullopt;
   }
   const std::string text = read_regular_file(path, kMaxSummaryBytes, "summary");
+  json j;
   try {
-    json j = json::parse(text);
-    if (!j.is_object()) throw InputError(path + ": expected a JSON object");
-    return j;
-  } catch (const json::parse_error& e) {
+    j = json::parse(text);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
     throw InputError(path + ": invalid JSON: " + e.what());
   }
+  return summary_from_json(j, path);
 }
 
 template <class F>
@@ -117,9 +120,10 @@ void compute_step_stats(const std::vector<StepRecord>& steady, ReportData& r) {
 
 // Throughput and MFU at the p50 step, by the formula of the records and the summary
 // (throughput(), train/step_record.h). A record's model_gflops x step time x world / tokens
-// is the model's FLOPs per token; the peak is summary.json's (the run's one peak; a summary
-// of format 1 keeps it as peak_gflops_start), else the records' model_gflops / mfu.
-void compute_throughput(const std::vector<StepRecord>& steady, const json& summary, ReportData& r) {
+// is the model's FLOPs per token; the peak is summary.json's (the run's one peak), else the
+// records' model_gflops / mfu.
+void compute_throughput(const std::vector<StepRecord>& steady, const RunSummary* summary,
+                        ReportData& r) {
   r.tokens_per_step =
       percentile(collect(steady, [](const StepRecord& s) { return double(s.tokens); }), 0.5);
   const int world = r.world;
@@ -131,9 +135,8 @@ void compute_throughput(const std::vector<StepRecord>& steady, const json& summa
                                           : kNaN;
               }),
       0.5);
-  r.peak_gflops =
-      json_number_or(summary, "peak_gflops_start", json_number_or(summary, "peak_gflops", 0));
-  r.peak_gflops_end = json_number_or(summary, "peak_gflops_end", 0);
+  r.peak_gflops = summary ? summary->peak_gflops : 0;
+  r.peak_gflops_end = summary ? summary->peak_gflops_end : 0;
   if (r.peak_gflops <= 0)
     r.peak_gflops = percentile(
         collect(steady,
@@ -207,14 +210,16 @@ void compute_comm(const std::vector<StepRecord>& steady, ReportData& r) {
   c.link_gbs = cfg.comm.link.bandwidth_gbps / 8;
 }
 
-void compute_loss_and_memory(const std::vector<StepRecord>& recs, const json& summary,
+void compute_loss_and_memory(const std::vector<StepRecord>& recs, const RunSummary* summary,
                              ReportData& r) {
-  r.final_loss = json_number_or(summary, "final_loss", recs.back().loss);
+  // The summary's numbers where it has them (NaN: unknown or not finite), else the records'.
+  const auto known = [](double x, double fallback) { return std::isfinite(x) ? x : fallback; };
   double last_val = kNaN;
   for (const StepRecord& s : recs)
     if (std::isfinite(s.val_loss)) last_val = s.val_loss;
-  r.final_val_loss = json_number_or(summary, "final_val_loss", last_val);
-  r.entropy_floor = json_number_or(summary, "entropy_floor", kNaN);
+  r.final_loss = known(summary ? summary->final_loss : kNaN, recs.back().loss);
+  r.final_val_loss = known(summary ? summary->final_val_loss : kNaN, last_val);
+  r.entropy_floor = summary ? summary->entropy_floor : kNaN;
   const double end_loss = std::isfinite(r.final_val_loss) ? r.final_val_loss : r.final_loss;
   r.loss_gap = end_loss - r.entropy_floor;  // NaN when the floor is unknown
 
@@ -226,8 +231,8 @@ void compute_loss_and_memory(const std::vector<StepRecord>& recs, const json& su
   r.optimizer_bytes = last.mem_bytes.optimizer;
   for (const StepRecord& s : recs)
     r.activations_peak_bytes = std::max(r.activations_peak_bytes, s.mem_bytes.activations_peak);
-  r.activations_peak_bytes = std::max(
-      r.activations_peak_bytes, uint64_t(json_number_or(summary, "activations_peak_bytes", 0)));
+  if (summary)
+    r.activations_peak_bytes = std::max(r.activations_peak_bytes, summary->activations_peak_bytes);
 }
 
 // Per-stage numbers of a 1-bit Adam run; nothing for other runs.
@@ -298,7 +303,9 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
   r.run_dir = run_dir;
   r.machine = machine;
   const std::vector<StepRecord> recs = read_steps(steps_path, r.warnings);
-  const json summary = read_summary((dir / "summary.json").string(), r.warnings);
+  const std::optional<RunSummary> summary_read =
+      read_summary((dir / "summary.json").string(), r.warnings);
+  const RunSummary* summary = summary_read ? &*summary_read : nullptr;
 
   const std::string config_path = (dir / "config.yaml").string();
   if (input_exists(config_path, "config")) {
@@ -318,8 +325,11 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
   r.steady_steps = int(steady.size());
   r.first_steady_step = steady.front().step;
   r.last_step = recs.back().step;
-  r.world = int(json_number_or(summary, "world", std::max(1, recs.back().ranks.world)));
-  r.threads = int(json_number_or(summary, "threads", r.has_config ? r.config.run.threads : 0));
+  // An older summary may lack world and threads (0).
+  r.world = summary && summary->world > 0 ? summary->world : std::max(1, recs.back().ranks.world);
+  r.threads = summary && summary->threads > 0 ? summary->threads
+              : r.has_config                  ? r.config.run.threads
+                                              : 0;
 
   compute_step_stats(steady, r);
   compute_throughput(steady, summary, r);

@@ -15,6 +15,7 @@
 #include "optim/onebit_adam.h"
 #include "train/report.h"
 #include "train/run_dir.h"
+#include "train/run_summary.h"
 
 namespace ringstep {
 namespace {
@@ -236,120 +237,92 @@ std::string StragglerLog::update(int step, int straggler, double busy_ratio) {
 
 namespace {
 
-using ojson = nlohmann::ordered_json;
+// The summary of the run: its speed from the steady steps (the first ones, with page faults
+// and cold caches, are left out of the percentiles: core/stats.h), its loss and its costs.
+RunSummary summarize(const Config& cfg, const RunFacts& f, const RunTotals& totals,
+                     const LossScaler& scaler, const RunEnd& end) {
+  RunSummary s;
+  s.profile_enabled = cfg.profile.enabled;
+  s.steps = totals.steps_run;
+  s.resumed_at_step = totals.resumed_step;
+  s.world = f.world;
+  s.threads = f.threads;
+  s.final_loss = end.final_loss;
+  s.final_val_loss = end.final_val_loss;
+  s.entropy_rate = f.data.entropy_rate;
+  s.entropy_floor = f.data.window_floor;
+  s.skipped_steps = scaler.state().skipped_total;
+  s.optimizer_steps = end.optimizer_steps;
+  s.precision = cfg.precision.dtype;
+  s.loss_scale_mode = scaler.mode();
+  s.loss_scale_final = scaler.scale();
+  s.recompute = cfg.recompute.policy;
+  if (!end.stop_reason.empty()) s.stopped_early = end.stop_reason;
 
-ojson or_null(double x) { return std::isnan(x) ? ojson(nullptr) : ojson(x); }
-
-// The run's speed from its steady steps; the first steps (page faults, warm caches) are
-// left out of the percentiles when the run is long enough.
-struct Speed {
-  size_t warm = 0;
-  double p50 = 0, p90 = 0;
-  double tok_s = 0, wall_tok_s = 0;  // at the p50 step; over the loop's wall time
-  double gflops = 0;                 // model GFLOP/s per rank at the p50 step
-  double mfu = 0;                    // against the run's one peak, the start's
-};
-
-Speed speed_of(const RunFacts& f, const RunTotals& totals, const RunEnd& end) {
-  Speed s;
-  s.warm = size_t(warmup_steps_excluded(int(totals.step_ms.size())));
-  const std::vector<double> steady(totals.step_ms.begin() + s.warm, totals.step_ms.end());
+  s.warmup_steps_excluded = warmup_steps_excluded(int(totals.step_ms.size()));
+  const std::vector<double> steady(totals.step_ms.begin() + s.warmup_steps_excluded,
+                                   totals.step_ms.end());
+  s.step_ms_p50 = percentile(steady, 0.5);
+  s.step_ms_p90 = percentile(steady, 0.9);
   // Wall time of the whole loop (evaluations included), the same with the profiler on or
   // off: what the profiler-overhead benchmark compares.
-  s.wall_tok_s = f.tokens_per_step * (totals.steps_run - totals.resumed_step) / end.loop_s;
-  s.p50 = steady.empty() ? 0.0 : percentile(steady, 0.5);
-  s.p90 = percentile(steady, 0.9);
-  // The p50 step; with the profiler off, the mean step of the loop's wall time.
   const int steps_here = totals.steps_run - totals.resumed_step;
-  const double step_ms = !steady.empty()  ? s.p50
+  s.loop_wall_s = end.loop_s;
+  s.tokens_per_s_wall = end.loop_s > 0 ? double(f.tokens_per_step) * steps_here / end.loop_s : 0;
+  // The p50 step; with the profiler off, the mean step of the loop's wall time.
+  const double step_ms = !steady.empty()  ? s.step_ms_p50
                          : steps_here > 0 ? 1e3 * end.loop_s / steps_here
                                           : 0;
   const Throughput t =
       throughput(double(f.tokens_per_step), step_ms, f.flops_per_token, f.world, f.peak_gflops);
-  s.tok_s = t.tokens_per_s;
-  s.gflops = t.model_gflops;
+  s.tokens_per_s = t.tokens_per_s;
+  s.model_gflops = t.model_gflops;
   s.mfu = t.mfu;
+  s.peak_gflops = f.peak_gflops;
+  s.peak_gflops_end = end.peak_gflops_end;
+
+  s.comm_exposed_frac = totals.step_ms_sum > 0 ? totals.comm_exposed_ms / totals.step_ms_sum : 0;
+  // Overlap = 1 - exposed / in flight, over the whole run; NaN (null) with no communication.
+  if (totals.comm_ms > 0) s.overlap = 1.0 - totals.comm_exposed_ms / totals.comm_ms;
+  s.activations_peak_bytes = end.activations_peak_bytes;
+  s.checkpoints_saved = int(totals.checkpoint_ms.size());
+  s.checkpoint_bytes = totals.checkpoint_bytes;
+  if (!totals.checkpoint_ms.empty()) s.checkpoint_ms_p50 = percentile(totals.checkpoint_ms, 0.5);
   return s;
 }
 
-ojson summary_json(const Config& cfg, const RunFacts& f, const RunTotals& totals,
-                   const LossScaler& scaler, const RunEnd& end, const Speed& sp) {
-  ojson sum;
-  sum["profile_enabled"] = cfg.profile.enabled;
-  sum["steps"] = totals.steps_run;
-  sum["resumed_at_step"] = totals.resumed_step;
-  sum["world"] = f.world;
-  sum["threads"] = f.threads;
-  sum["final_loss"] = end.final_loss;
-  sum["final_val_loss"] = end.final_val_loss;
-  sum["entropy_rate"] = or_null(f.data.entropy_rate);
-  sum["entropy_floor"] = or_null(f.data.window_floor);
-  sum["skipped_steps"] = scaler.state().skipped_total;
-  sum["optimizer_steps"] = end.optimizer_steps;
-  sum["precision"] = name(cfg.precision.dtype);
-  sum["loss_scale_mode"] = name(scaler.mode());
-  sum["loss_scale_final"] = scaler.scale();
-  sum["recompute"] = name(cfg.recompute.policy);
-  sum["stopped_early"] = end.stop_reason.empty() ? ojson(nullptr) : ojson(end.stop_reason);
-  sum["warmup_steps_excluded"] = sp.warm;
-  sum["step_ms_p50"] = sp.p50;
-  sum["step_ms_p90"] = sp.p90;
-  sum["tokens_per_s"] = sp.tok_s;
-  sum["model_gflops"] = sp.gflops;
-  sum["peak_gflops"] = f.peak_gflops;
-  sum["peak_gflops_start"] = f.peak_gflops;
-  sum["peak_gflops_end"] = end.peak_gflops_end;  // information only
-  sum["mfu"] = sp.mfu;                           // 0: a GPU with no known peak
-  sum["comm_exposed_frac"] =
-      totals.step_ms_sum > 0 ? totals.comm_exposed_ms / totals.step_ms_sum : 0.0;
-  // Overlap = 1 - exposed / in flight, over the whole run; null with no communication.
-  sum["overlap"] =
-      totals.comm_ms > 0 ? ojson(1.0 - totals.comm_exposed_ms / totals.comm_ms) : ojson(nullptr);
-  sum["activations_peak_bytes"] = end.activations_peak_bytes;
-  sum["checkpoints_saved"] = totals.checkpoint_ms.size();
-  sum["checkpoint_bytes"] = totals.checkpoint_bytes;
-  sum["checkpoint_ms_p50"] =
-      totals.checkpoint_ms.empty() ? ojson(nullptr) : ojson(percentile(totals.checkpoint_ms, 0.5));
-  sum["loop_wall_s"] = end.loop_s;
-  sum["tokens_per_s_wall"] = sp.wall_tok_s;
-  return sum;
-}
-
-void print_done(const Config& cfg, const RunFacts& f, const RunTotals& totals,
-                const LossScaler& scaler, const RunEnd& end, const Speed& sp) {
-  std::printf("done: %d steps", totals.steps_run);
-  if (totals.resumed_step > 0) std::printf(" (resumed at step %d)", totals.resumed_step);
-  std::printf(" | final loss %.4f | val loss %.4f", double(end.final_loss), end.final_val_loss);
-  if (!std::isnan(f.data.window_floor))
-    std::printf(" | floor %.4f (gap %.4f nats)", f.data.window_floor,
-                end.final_val_loss - f.data.window_floor);
-  std::printf(" | step p50 %.1f ms | %s tok/s | MFU %.1f%% (peak %.1f GFLOP/s/rank", sp.p50,
-              human_count(sp.tok_s).c_str(), 100 * sp.mfu, f.peak_gflops);
+void print_done(const Config& cfg, const RunSummary& s) {
+  std::printf("done: %d steps", s.steps);
+  if (s.resumed_at_step > 0) std::printf(" (resumed at step %d)", s.resumed_at_step);
+  std::printf(" | final loss %.4f | val loss %.4f", s.final_loss, s.final_val_loss);
+  if (!std::isnan(s.entropy_floor))
+    std::printf(" | floor %.4f (gap %.4f nats)", s.entropy_floor,
+                s.final_val_loss - s.entropy_floor);
+  std::printf(" | step p50 %.1f ms | %s tok/s | MFU %.1f%% (peak %.1f GFLOP/s/rank", s.step_ms_p50,
+              human_count(s.tokens_per_s).c_str(), 100 * s.mfu, s.peak_gflops);
   // Information only, never a second denominator: how far this machine's speed moved.
-  if (f.peak_gflops > 0 && end.peak_gflops_end > 0 && end.peak_gflops_end != f.peak_gflops)
-    std::printf("; measured again at the end: %.1f, %+.0f%%", end.peak_gflops_end,
-                100 * (end.peak_gflops_end / f.peak_gflops - 1));
+  if (s.peak_gflops > 0 && s.peak_gflops_end > 0 && s.peak_gflops_end != s.peak_gflops)
+    std::printf("; measured again at the end: %.1f, %+.0f%%", s.peak_gflops_end,
+                100 * (s.peak_gflops_end / s.peak_gflops - 1));
   std::printf(")\n");
   std::printf(
       "  activations: arena peak %.2f MiB measured; Korthikanti et al. estimate %.2f MiB for "
       "the blocks (%s, recompute %s); the arena also holds embeddings, logits and backward's "
       "buffers\n",
-      end.activations_peak_bytes / kMiB, activation_estimate_bytes(cfg) / kMiB,
-      name(cfg.precision.dtype), name(cfg.recompute.policy));
-  const int64_t skipped = scaler.state().skipped_total;
-  if (skipped > 0)
+      s.activations_peak_bytes / kMiB, activation_estimate_bytes(cfg) / kMiB, name(s.precision),
+      name(s.recompute));
+  if (s.skipped_steps > 0)
     std::printf("  skipped %lld of %d steps (inf/NaN gradients); loss scale now %g\n",
-                static_cast<long long>(skipped), totals.steps_run, scaler.scale());
+                static_cast<long long>(s.skipped_steps), s.steps, s.loss_scale_final);
 }
 
 }  // namespace
 
 void write_summary(const Config& cfg, const RunFacts& f, const RunTotals& totals,
                    const LossScaler& scaler, const RunEnd& end) {
-  const Speed sp = speed_of(f, totals, end);
-  print_done(cfg, f, totals, scaler, end, sp);  // first: the console has it if the disk is full
-  write_file_atomic(cfg.run.out_dir + "/summary.json",
-                    summary_json(cfg, f, totals, scaler, end, sp).dump(2) + "\n");
+  const RunSummary s = summarize(cfg, f, totals, scaler, end);
+  print_done(cfg, s);  // first: the console has it if the disk is full
+  write_file_atomic(cfg.run.out_dir + "/summary.json", summary_text(s));
   std::printf("  wrote %s/{config.yaml,steps.jsonl,summary.json}\n", cfg.run.out_dir.c_str());
 }
 

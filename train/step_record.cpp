@@ -161,11 +161,6 @@ Throughput throughput(double tokens, double step_ms, double flops_per_token, int
   return t;
 }
 
-double json_number_or(const json& obj, const char* key, double fallback) {
-  auto it = obj.find(key);
-  return it != obj.end() && it->is_number() ? it->get<double>() : fallback;
-}
-
 double busbw_gbs(uint64_t bytes, double ms, int world) {
   if (ms <= 0 || world <= 0) return 0;
   return double(bytes) / (ms / 1e3) / 1e9 * 2.0 * (world - 1) / world;

@@ -107,9 +107,6 @@ Throughput throughput(double tokens, double step_ms, double flops_per_token, int
 // or the one measured at start, never the end-of-run measurement (docs/metrics.md says why).
 double model_flops_utilization(double model_gflops, double peak_gflops);
 
-// OBJ[KEY] if it is a number, else FALLBACK (for the optional fields of the run's JSON files).
-double json_number_or(const nlohmann::json& obj, const char* key, double fallback);
-
 // nccl-tests' bus bandwidth of a ring AllReduce of BYTES in MS milliseconds over WORLD
 // ranks, in GB/s (docs/metrics.md); 0 when nothing was timed.
 double busbw_gbs(uint64_t bytes, double ms, int world);

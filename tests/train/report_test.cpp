@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "train/report_fixture.h"
+#include "train/run_summary.h"
 #include "train/small_run.h"
 #include "train/trainer.h"
 
@@ -315,23 +316,21 @@ TEST(Report, MfuOfTheRecordsTheSummaryAndTheReportAgree) {
   train(cfg, nullptr);
   const std::vector<json> recs = ReadSteps(dir);
   std::ifstream in(dir / "summary.json");
-  const json s = json::parse(in);
-  const double peak = s["peak_gflops"], peak_end = s["peak_gflops_end"], mfu = s["mfu"],
-               gflops = s["model_gflops"];
-  ASSERT_GT(peak, 0);
-  ASSERT_GT(peak_end, 0);
+  const RunSummary s = summary_from_json(json::parse(in), "summary.json");
+  ASSERT_GT(s.peak_gflops, 0);
+  ASSERT_GT(s.peak_gflops_end, 0);
   const StepRecord last = step_record_from_json(recs.back(), "steps.jsonl");
   // The record's and the summary's mfu are their model_gflops over the one peak (to their
   // rounding: model_gflops to 0.001, mfu to 0.0001).
-  EXPECT_NEAR(last.mfu, model_flops_utilization(last.model_gflops, peak), 1e-4);
-  EXPECT_NEAR(mfu, model_flops_utilization(gflops, peak), 1e-4);
+  EXPECT_NEAR(last.mfu, model_flops_utilization(last.model_gflops, s.peak_gflops), 1e-4);
+  EXPECT_NEAR(s.mfu, model_flops_utilization(s.model_gflops, s.peak_gflops), 1e-4);
   const ReportData r = analyze(dir.string(), BigMachine());
-  EXPECT_EQ(r.peak_gflops, peak);
-  EXPECT_EQ(r.peak_gflops_end, peak_end);
-  EXPECT_EQ(r.warmup_excluded, int(s["warmup_steps_excluded"]));
-  EXPECT_NEAR(r.step_ms_p50, double(s["step_ms_p50"]), 1e-3);
-  EXPECT_NEAR(r.mfu, mfu, 0.01 * mfu + 1e-4);
-  EXPECT_NEAR(r.model_gflops, gflops, 0.01 * gflops);
+  EXPECT_EQ(r.peak_gflops, s.peak_gflops);
+  EXPECT_EQ(r.peak_gflops_end, s.peak_gflops_end);
+  EXPECT_EQ(r.warmup_excluded, s.warmup_steps_excluded);
+  EXPECT_NEAR(r.step_ms_p50, s.step_ms_p50, 1e-3);
+  EXPECT_NEAR(r.mfu, s.mfu, 0.01 * s.mfu + 1e-4);
+  EXPECT_NEAR(r.model_gflops, s.model_gflops, 0.01 * s.model_gflops);
   fs::remove_all(dir);
 }
 
