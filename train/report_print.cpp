@@ -97,6 +97,38 @@ void print_time(const ReportData& r, Text& t) {
   t.line("skipped      %d of %d steps (%.1f%%)", r.skipped_steps, r.steps, r.skipped_pct);
 }
 
+// The gradient buckets of the config and what the reduction achieved: the records'
+// comm_busbw_gbs (nccl-tests' busbw, train/step_record.h), median over the steady steps.
+void print_comm(const ReportData& r, Text& t) {
+  const CommFacts& c = r.comm;
+  char buf[200];
+  std::string line = "comm         ";
+  if (r.has_config) {
+    std::snprintf(buf, sizeof buf, "%s of <= %g MiB (comm.bucket_mb) for %.2f MiB of gradients",
+                  plural(c.buckets, "bucket").c_str(), r.config.comm.bucket_mb, c.grad_mib);
+    line += buf;
+  } else {
+    line += "buckets unknown (no config.yaml)";
+  }
+  if (r.world <= 1) {
+    t.line("%s | 1 rank: nothing communicated", line.c_str());
+    return;
+  }
+  if (c.busbw_gbs > 0)
+    std::snprintf(buf, sizeof buf, " | bus bandwidth %.3g GB/s (busbw, median)", c.busbw_gbs);
+  else
+    std::snprintf(buf, sizeof buf, " | bus bandwidth unknown (no comm_busbw_gbs in the records)");
+  line += buf;
+  if (c.link_gbs > 0 && c.busbw_gbs > 0) {
+    std::snprintf(buf, sizeof buf, ", %.0f%% of the emulated link's %.3g GB/s",
+                  100 * c.busbw_gbs / c.link_gbs, c.link_gbs);
+    line += buf;
+  }
+  std::snprintf(buf, sizeof buf, " | exposed %.1f ms/step (least-waiting rank, median)",
+                c.exposed_ms);
+  t.line("%s%s", line.c_str(), buf);
+}
+
 // 1-bit Adam's two stages side by side (docs/optim.md).
 void print_onebit(const ReportData& r, Text& t) {
   if (!r.onebit) return;
@@ -268,6 +300,7 @@ std::string report_text(const ReportData& r) {
       r.threads > 0 ? plural(r.threads, "thread").c_str() : "? threads", r.first_steady_step,
       r.last_step, plural(r.warmup_excluded, "step").c_str());
   print_time(r, t);
+  print_comm(r, t);
   print_onebit(r, t);
   print_loss_memory_ranks(r, t);
   print_roofline(r, t);

@@ -1,5 +1,6 @@
 #include "train/step_record.h"
 
+#include "comm/bench.h"
 #include "train/json_fields.h"
 
 namespace ringstep {
@@ -163,7 +164,7 @@ Throughput throughput(double tokens, double step_ms, double flops_per_token, int
 
 double busbw_gbs(uint64_t bytes, double ms, int world) {
   if (ms <= 0 || world <= 0) return 0;
-  return double(bytes) / (ms / 1e3) / 1e9 * 2.0 * (world - 1) / world;
+  return double(bytes) / (ms / 1e3) / 1e9 * allreduce_busbw_factor(world);
 }
 
 }  // namespace ringstep

@@ -3,8 +3,8 @@
 // (train/json_fields.h). The trainer fills a StepRecord and writes it with record_line; the
 // gradient sync fills its `ranks` block from every rank's PhaseTimes; `ringstep report`
 // reads it back with step_record_from_json. The phase names come from core/profiler.h's
-// kPhaseFields. Also here: the definition of MFU that the record, the summary and the
-// report share.
+// kPhaseFields. Also here: the definitions of MFU and bus bandwidth that the record, the
+// summary and the report share.
 #pragma once
 
 #include <array>
@@ -107,8 +107,9 @@ Throughput throughput(double tokens, double step_ms, double flops_per_token, int
 // or the one measured at start, never the end-of-run measurement (docs/metrics.md says why).
 double model_flops_utilization(double model_gflops, double peak_gflops);
 
-// nccl-tests' bus bandwidth of a ring AllReduce of BYTES in MS milliseconds over WORLD
-// ranks, in GB/s (docs/metrics.md); 0 when nothing was timed.
+// nccl-tests' bus bandwidth of an AllReduce of BYTES in MS milliseconds over WORLD ranks, in
+// GB/s: algbw x allreduce_busbw_factor (comm/bench.h, docs/metrics.md); 0 when nothing was
+// timed.
 double busbw_gbs(uint64_t bytes, double ms, int world);
 
 }  // namespace ringstep

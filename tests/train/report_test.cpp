@@ -334,6 +334,24 @@ TEST(Report, MfuOfTheRecordsTheSummaryAndTheReportAgree) {
   fs::remove_all(dir);
 }
 
+// The text has the comm numbers its JSON has: the bucket count and the records' busbw.
+TEST(Report, TextShowsBucketsAndBusBandwidth) {
+  const fs::path dir = CopyFixture("straggler", "comm_text");
+  std::vector<json> recs = ReadSteps(dir);
+  for (json& rec : recs) rec["comm_busbw_gbs"] = 1.25;
+  WriteSteps(dir, recs);
+  const ReportData r = analyze(dir.string(), BigMachine());
+  const json j = json::parse(report_json(r));
+  EXPECT_EQ(j["comm"]["buckets"], 1);
+  EXPECT_EQ(j["comm"]["busbw_gbs"], 1.25);
+  const std::string text = report_text(r);
+  EXPECT_NE(text.find("comm         1 bucket of <= 25 MiB (comm.bucket_mb) for 3.21 MiB of "
+                      "gradients | bus bandwidth 1.25 GB/s (busbw, median) | exposed 88.0 ms"),
+            std::string::npos)
+      << text;
+  fs::remove_all(dir);
+}
+
 TEST(Report, RunReportPrintsOneJsonObject) {
   ::testing::internal::CaptureStdout();
   const int rc = run_report((kFixtures / "straggler").string(), true);
