@@ -185,8 +185,9 @@ void run_rules(ReportData& r);
 std::string report_text(const ReportData& r);
 std::string report_json(const ReportData& r);  // one object, pretty-printed
 
-// `ringstep report RUN_DIR [--json]`: measures the machine, analyzes, prints warnings on
-// stderr and the report on stdout. Returns the exit code (0); throws InputError.
+// `ringstep report RUN_DIR [--json]`: measures the machine (on the run's threads, at most
+// this machine's), analyzes, prints warnings on stderr and the report on stdout. Returns the
+// exit code (0); throws InputError for every bad input, naming the file and the field.
 int run_report(const std::string& run_dir, bool json_out);
 
 }  // namespace ringstep

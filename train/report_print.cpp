@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/threads.h"
 #include "train/report.h"
 
 namespace ringstep {
@@ -423,7 +424,8 @@ int run_report(const std::string& run_dir, bool json_out) {
   // A first pass fails fast on bad input and says how many threads the run used, which
   // the bandwidth measurement should match.
   const ReportData first = analyze(run_dir);
-  const ReportData r = analyze(run_dir, measure_machine(first.threads));
+  const ReportData r =
+      analyze(run_dir, measure_machine(std::min(first.threads, hardware_threads())));
   for (const std::string& w : r.warnings)
     std::fprintf(stderr, "ringstep report: warning: %s\n", w.c_str());
   const std::string out = json_out ? report_json(r) : report_text(r);
