@@ -107,8 +107,11 @@ def read_summary(path):
             fail("%s: invalid JSON: %s" % (path, e))
 
 
-def warmup_excluded(steps):
-    """Same rule as `ringstep report` (train/report.cpp)."""
+def warmup_excluded(steps, summary):
+    """The summary's count (core/stats.h's rule, which `ringstep report` applies to the
+    same records); for an unfinished run, that rule restated."""
+    if isinstance(summary.get("warmup_steps_excluded"), int) and summary.get("steps") == steps:
+        return summary["warmup_steps_excluded"]
     return max(0, min(max(1, min(5, steps // 10)), steps - 1))
 
 
@@ -129,7 +132,7 @@ def plot(run_dir, records, summary, out, plt):
     t = lambda key: [float(r["time_ms"].get(key, 0.0)) for r in records]
     fig, (ax_t, ax_s, ax_p, ax_l) = plt.subplots(
         4, 1, figsize=(12, 13), sharex=True, gridspec_kw={"height_ratios": [3, 2, 2, 2]})
-    warm = warmup_excluded(len(records))
+    warm = warmup_excluded(len(records), summary)
 
     # 1. Step n is drawn as the bar [n - 0.5, n + 0.5]: one edge more than there are steps.
     edges = [s - 0.5 for s in steps] + [steps[-1] + 0.5]
