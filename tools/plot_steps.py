@@ -186,7 +186,8 @@ def plot(run_dir, records, summary, out, plt):
     # 4. The loss, or its gap to the entropy floor on a log axis.
     floor = summary.get("entropy_floor")
     shift = floor if floor is not None else 0.0
-    gap = lambda v: v - shift if v - shift > 0 else float("nan")
+    # A non-finite loss is written as null: no point.
+    gap = lambda v: v - shift if v is not None and v - shift > 0 else float("nan")
     ax_l.plot(steps, [gap(r["loss"]) for r in records], color="#4c72b0", linewidth=1.3,
               label="train loss" + (" - floor" if floor is not None else ""))
     val = [(r["step"], r["val_loss"]) for r in records if r.get("val_loss") is not None]

@@ -47,15 +47,18 @@ void check_creatable(const std::string& path) {
 
 namespace {
 
-// The lines of steps.jsonl at PATH whose step is at most LAST_STEP; a line that does not
-// parse (the torn end of a run that died while writing) is dropped.
+// The lines of steps.jsonl at PATH whose integer step is at most LAST_STEP; a line that does
+// not parse or has no integer step (the torn end of a run that died while writing, or a
+// damaged record) is dropped.
 std::vector<std::string> steps_through(const std::string& path, int last_step) {
   std::ifstream in(path);
   std::string line;
   std::vector<std::string> kept;
   while (std::getline(in, line)) {
     const auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (rec.is_object() && rec.value("step", last_step + 1) <= last_step) kept.push_back(line);
+    if (rec.is_object() && rec.contains("step") && rec["step"].is_number_integer() &&
+        rec["step"].get<int64_t>() <= last_step)
+      kept.push_back(line);
   }
   return kept;
 }

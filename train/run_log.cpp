@@ -1,7 +1,11 @@
 #include "train/run_log.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "core/cpu/blas_env.h"
@@ -180,7 +184,19 @@ void print_header(const Config& cfg, const RunFacts& f, const Gpt& model,
   std::fflush(stdout);
 }
 
-void print_step_line(const StepRecord& r, int steps, bool show_scale) {
+namespace {
+
+// H:MM:SS.
+std::string clock_text(double s) {
+  const long total = std::lround(std::max(0.0, s));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", total / 3600, total / 60 % 60, total % 60);
+  return buf;
+}
+
+}  // namespace
+
+void print_step_line(const StepRecord& r, int steps, bool show_scale, const RunProgress& progress) {
   const PhaseTimes& t = r.time_ms;
   std::printf("step %d/%d | loss %.4f", r.step, steps, r.loss);
   if (!std::isnan(r.val_loss)) std::printf(" | val %.4f", r.val_loss);
@@ -194,9 +210,11 @@ void print_step_line(const StepRecord& r, int steps, bool show_scale) {
   if (t.recompute > 0) std::printf(" [recompute %.1f]", t.recompute);
   std::printf(
       " opt %.1f comm %.1f exposed %.1f) | %s tok/s | %.1f GFLOP/s | MFU %.1f%% | act "
-      "%.1f MiB\n",
+      "%.1f MiB | %s tok | %s elapsed, ETA %s\n",
       t.optimizer, t.comm, t.comm_exposed, human_count(r.tokens_per_s).c_str(), r.model_gflops,
-      100 * r.mfu, r.mem_bytes.activations_peak / kMiB);
+      100 * r.mfu, r.mem_bytes.activations_peak / kMiB,
+      human_count(double(progress.tokens)).c_str(), clock_text(progress.elapsed_s).c_str(),
+      clock_text(progress.eta_s).c_str());
   if (r.stage) {
     std::printf("    1-bit Adam %s | sent %sB/rank", name(*r.stage),
                 human_count(double(r.comm_sent_bytes)).c_str());
@@ -268,6 +286,8 @@ RunSummary summarize(const Config& cfg, const RunFacts& f, const RunTotals& tota
   // off: what the profiler-overhead benchmark compares.
   const int steps_here = totals.steps_run - totals.resumed_step;
   s.loop_wall_s = end.loop_s;
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) s.peak_rss_bytes = uint64_t(usage.ru_maxrss) * 1024;
   s.tokens_per_s_wall = end.loop_s > 0 ? double(f.tokens_per_step) * steps_here / end.loop_s : 0;
   // The p50 step; with the profiler off, the mean step of the loop's wall time.
   const double step_ms = !steady.empty()  ? s.step_ms_p50
@@ -311,6 +331,8 @@ void print_done(const Config& cfg, const RunSummary& s) {
       "buffers\n",
       s.activations_peak_bytes / kMiB, activation_estimate_bytes(cfg) / kMiB, name(s.precision),
       name(s.recompute));
+  std::printf("  peak RSS %.1f MiB (rank 0) | loop wall time %s\n", s.peak_rss_bytes / kMiB,
+              clock_text(s.loop_wall_s).c_str());
   if (s.skipped_steps > 0)
     std::printf("  skipped %lld of %d steps (inf/NaN gradients); loss scale now %g\n",
                 static_cast<long long>(s.skipped_steps), s.steps, s.loss_scale_final);

@@ -61,8 +61,14 @@ struct RunEnd {
 
 void print_header(const Config& cfg, const RunFacts& facts, const Gpt& model,
                   const LossScaler& scaler);
+// Where a run stands at a logged step: the tokens consumed by all ranks, the wall time of this
+// process's loop so far, and the rest of the steps at the pace of those it ran.
+struct RunProgress {
+  int64_t tokens = 0;
+  double elapsed_s = 0, eta_s = 0;
+};
 // One console line for record R of a run of STEPS steps (docs/logs.md "The console").
-void print_step_line(const StepRecord& r, int steps, bool show_scale);
+void print_step_line(const StepRecord& r, int steps, bool show_scale, const RunProgress& progress);
 // A checkpoint saved: where, its size and how long it took to commit.
 void print_checkpoint_line(const std::string& path, uint64_t bytes, double ms);
 // With the profiler off: the loss and lr only.

@@ -50,6 +50,7 @@ void fields(Io& io, RunSummary& s) {
   io("checkpoint_ms_p50", s.checkpoint_ms_p50, Num{.decimals = 3, .none = NoneAs::null});
   io("loop_wall_s", s.loop_wall_s, Num{.decimals = 6});
   io("tokens_per_s_wall", s.tokens_per_s_wall, Num{.decimals = 1});
+  io("peak_rss_bytes", s.peak_rss_bytes, Int{.added_later = true});
 }
 
 ojson to_json(const RunSummary& s) { return encode(s, Any{}); }

@@ -52,6 +52,7 @@ struct RunSummary {
   double checkpoint_ms_p50 = kNaN;  // NaN: none saved (null)
   double loop_wall_s = 0;
   double tokens_per_s_wall = 0;
+  uint64_t peak_rss_bytes = 0;  // rank 0's peak resident set (getrusage); 0: unknown
 };
 
 // summary.json's text: pretty-printed, numbers rounded as docs/logs.md says.

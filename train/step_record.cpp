@@ -128,6 +128,7 @@ void fields(Io& io, StepRecord& r) {
   io("compression_error", r.compression_error, Num{.decimals = 6, .none = NoneAs::omitted});
   io("mem_bytes", r.mem_bytes, Any{});
   io("ops", r.ops, Any{.none = NoneAs::omitted});
+  io("time_unix", r.time_unix, Num{.decimals = 3, .added_later = true});
 }
 
 ojson to_json(const StepRecord& r) { return encode(r, Any{}); }

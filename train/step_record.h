@@ -76,6 +76,7 @@ struct StepRecord {
   double compression_error = kNaN;   // ||z - s sign z|| / ||z|| over ranks; NaN: none (left out)
   MemBytes mem_bytes;
   OpProfile ops;  // rank 0's ops on op-timed steps (profile.op_every); empty otherwise
+  double time_unix = 0;  // when rank 0 wrote the record: seconds since 1970-01-01 UTC
 };
 
 nlohmann::ordered_json to_json(const StepRecord& r);

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -442,8 +443,18 @@ void Trainer::log_record(const StepResult& s, int n, float val_loss, TrainOutcom
   r.mem_bytes = {facts_.param_bytes, facts_.param_bytes, facts_.optimizer_bytes,
                  arena_.peak_bytes()};
   r.ops = s.ops;
+  r.time_unix = std::chrono::duration<double>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
   run_dir_.append_step(record_line(r));
-  if (log_line) print_step_line(r, steps, state_.scaler.mode() != LossScaleMode::none);
+  if (log_line) {
+    // This process's steps so far, and the rest at their pace.
+    const double elapsed_s =
+        std::chrono::duration<double>(SteadyClock::now() - loop_start_).count();
+    const int done = n - totals_.resumed_step;
+    const RunProgress progress{int64_t(n) * r.tokens, elapsed_s,
+                               done > 0 ? elapsed_s / done * (steps - n) : 0.0};
+    print_step_line(r, steps, state_.scaler.mode() != LossScaleMode::none, progress);
+  }
   const std::string event = stragglers_.update(n, view.ranks.straggler, view.straggler_ratio);
   if (!event.empty()) std::printf("%s", event.c_str());
 }
@@ -492,7 +503,7 @@ TrainOutcome Trainer::run() {
   // Only runs that checkpoint catch signals (and pay one agreement per step for them).
   std::optional<PreemptGuard> preempt;
   if (save_every > 0) preempt.emplace();
-  const auto t_loop = SteadyClock::now();
+  loop_start_ = SteadyClock::now();
   try {
     // Every rank sees the same agreed flags, so every rank stops at the same step.
     while (state_.step < cfg_.train.steps && !state_.scaler.should_stop() && fault_.empty()) {
@@ -507,7 +518,7 @@ TrainOutcome Trainer::run() {
     }
     flush_log(out);
   } catch (const SystemFault& e) {
-    end_on_fault(e, t_loop, out);
+    end_on_fault(e, out);
   }
   // The end of the run, unless the last step was just saved, or the run was resumed at its
   // end, or the scaler gave up (a state that only overflows is not worth resuming).
@@ -517,7 +528,7 @@ TrainOutcome Trainer::run() {
   end.stop_reason = !fault_.empty()               ? fault_
                     : state_.scaler.should_stop() ? state_.scaler.stop_message()
                                                   : "";
-  end.loop_s = std::chrono::duration<double>(SteadyClock::now() - t_loop).count();
+  end.loop_s = std::chrono::duration<double>(SteadyClock::now() - loop_start_).count();
   out.final_val_loss = end.final_val_loss = evaluate();
   end.peak_gflops_end = run_peak(cfg_, model_.options().act_dtype, facts_.threads).gflops;
   end.final_loss = out.losses.empty() ? totals_.last_loss : out.losses.back();
@@ -534,11 +545,10 @@ TrainOutcome Trainer::run() {
 // A fault of the machine mid-run (a full disk, a directory made read-only, a file removed):
 // the summary of the steps that ran is still written where it can be (nothing that needs
 // the other ranks: they may be gone), else its `done:` lines are printed; then FAULT goes on.
-[[noreturn]] void Trainer::end_on_fault(const SystemFault& fault, SteadyClock::time_point t_loop,
-                                        TrainOutcome& out) {
+[[noreturn]] void Trainer::end_on_fault(const SystemFault& fault, TrainOutcome& out) {
   RunEnd end;
   end.stop_reason = fault.what();
-  end.loop_s = std::chrono::duration<double>(SteadyClock::now() - t_loop).count();
+  end.loop_s = std::chrono::duration<double>(SteadyClock::now() - loop_start_).count();
   end.final_val_loss = NAN;
   end.peak_gflops_end = facts_.peak_gflops;
   end.final_loss = out.losses.empty() ? totals_.last_loss : out.losses.back();

@@ -86,8 +86,7 @@ class Trainer {
   TrainOutcome run();
 
  private:
-  [[noreturn]] void end_on_fault(const SystemFault& fault, SteadyClock::time_point t_loop,
-                                 TrainOutcome& out);
+  [[noreturn]] void end_on_fault(const SystemFault& fault, TrainOutcome& out);
   // What one step did, on this rank, before the ranks agree on it.
   struct StepResult {
     double loss = 0;  // mean over the micro-batches
@@ -142,6 +141,7 @@ class Trainer {
   TraceRecorder trace_;
   RunDir run_dir_;
   RunTotals totals_;
+  SteadyClock::time_point loop_start_;  // run()'s loop began (elapsed and ETA)
   StragglerLog stragglers_;
   std::vector<int32_t> inputs_, targets_;  // [grad_accum_steps, micro_batch, seq_len]
   float last_val_loss_;
