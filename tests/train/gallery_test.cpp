@@ -95,9 +95,14 @@ TEST(Gallery, OneBucketOnASlowLinkGetsSmallerBucketsAndLessExposedComm) {
   if (!EnoughCores(2)) GTEST_SKIP() << "timing needs a core per rank";
   const auto [sick, treated] = SickAndTreated("one_bucket_slow_link", 2, "bucket_size");
   EXPECT_GE(treated.comm.buckets, 4);
-  // Exposed communication falls by a fifth or more (the rank that waited least).
-  EXPECT_LE(treated.comm.exposed_ms, 0.8 * sick.comm.exposed_ms)
-      << sick.comm.exposed_ms << " -> " << treated.comm.exposed_ms << " ms";
+  // Exposed communication (the rank that waited least) falls by at least a quarter of
+  // backward's time: with k buckets all but the last could hide behind backward, (1 - 1/k)
+  // of it; a quarter leaves room for the engine thread sharing a core. (A fixed fraction of
+  // the exposed time depends on how fast this host's backward is next to the link.)
+  const double backward_ms = sick.pct.backward / 100 * sick.step_ms_p50;
+  EXPECT_LE(treated.comm.exposed_ms, sick.comm.exposed_ms - 0.25 * backward_ms)
+      << sick.comm.exposed_ms << " -> " << treated.comm.exposed_ms << " ms, backward "
+      << backward_ms << " ms";
 }
 
 TEST(Gallery, StragglerIsNamedWithItsBusyTime) {
