@@ -496,7 +496,7 @@ echo "gpu_check: stages ${SELECTED[*]}; budget $TOTAL s (table $SUM s); OUT=$OUT
 echo "$HEADER" | tee "$WORK/table.txt" >"$OUTDIR/table.txt"
 
 tarball() {  # every log so far; rewritten after each stage
-  tar -czf "$OUTDIR/logs.tar.gz.tmp" -C "$WORK" --exclude='checkpoints' --exclude='*.bin' \
+  tar -czf "$OUTDIR/logs.tar.gz.tmp" -C "$WORK" --exclude='checkpoints' --exclude='*.bin' --exclude='*.safetensors' \
     logs runs metrics results.jsonl table.txt meta.json 2>/dev/null
   mv -f "$OUTDIR/logs.tar.gz.tmp" "$OUTDIR/logs.tar.gz"
 }
