@@ -312,7 +312,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(model.vocab_size), number<int>(in('[', 2, 65536, ']')), "vocabulary size (tokens are uint16 on disk)"),
   key(KEY(model.seq_len), number<int>(at_least(1)), "context length T in tokens"),
   key(KEY(model.d_model), number<int>(at_least(1)), "hidden width C; must be divisible by n_heads"),
-  key(KEY(model.n_layers), number<int>(at_least(1)), "number of Transformer blocks L"),
+  key(KEY(model.n_layers), number<int>(in('[', 1, 65536, ']')), "number of Transformer blocks L (the largest published models have about 100)"),
   key(KEY(model.n_heads), number<int>(at_least(1)), "attention heads per block"),
 
   key(KEY(data.source), choice<DataSourceKind>(), "synthetic = seeded Markov source with a known entropy floor; file = token file"),

@@ -137,7 +137,7 @@ TEST(Config, NullValueIsLocatedAtItsKey) {
 
 TEST(Config, OutOfRangeNamesBound) {
   EXPECT_EQ(error_of("model:\n  n_layers: 0\n"),
-            "x.yaml:2:13: 'model.n_layers' must be >= 1, got 0");
+            "x.yaml:2:13: 'model.n_layers' must be in [1, 65536], got 0");
   EXPECT_EQ(error_of("model: {vocab_size: 70000}\n"),
             "x.yaml:1:21: 'model.vocab_size' must be in [2, 65536], got 70000");
   EXPECT_EQ(error_of("train: {steps: 99999999999}\n"),
@@ -328,7 +328,7 @@ TEST(Config, OverrideErrorsNameTheFlag) {
   EXPECT_EQ(error_of("", {"train.steps=abc"}),
             "--set train.steps: 'train.steps' must be an integer, got 'abc'");
   EXPECT_EQ(error_of("", {"model.n_layers=0"}),
-            "--set model.n_layers: 'model.n_layers' must be >= 1, got 0");
+            "--set model.n_layers: 'model.n_layers' must be in [1, 65536], got 0");
   EXPECT_EQ(error_of("", {"profile.trace_steps=[5,"}),
             "--set profile.trace_steps=[5,: VALUE is not valid YAML: end of sequence flow not "
             "found");

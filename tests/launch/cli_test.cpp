@@ -310,6 +310,8 @@ TEST(Cli, FuzzedInputsExitWithCodeTwo) {
   fs::create_symlink(dir / "loop_a", dir / "loop_b");
   ExpectBadInput("report " + (dir / "loop_a").string(), "Too many levels of symbolic links", dir);
   ExpectBadInput("train " + Tiny() + run + " --set model.n_layers=2147483000",
+                 "'model.n_layers' must be in [1, 65536]", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set model.n_layers=65536 --set model.d_model=65536",
                  " GiB, this machine has ", dir);
   ExpectBadInput("train " + Tiny() + run + " --set run.threads=50000",
                  "'run.threads' is 50000, more than 4 x the", dir);

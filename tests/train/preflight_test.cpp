@@ -45,7 +45,8 @@ TEST(Preflight, MemoryEstimateSplitsIntoParameterStateAndActivations) {
 
 TEST(Preflight, RefusesAModelLargerThanRamBeforeBuildingIt) {
   Config cfg;
-  cfg.model.n_layers = 2147483000;
+  cfg.model.n_layers = 65536;
+  cfg.model.d_model = 65536;
   const std::string msg = error_of(cfg, {double(1 << 30), 2});
   EXPECT_NE(msg.find("needs "), std::string::npos) << msg;
   EXPECT_NE(msg.find(" GiB, this machine has 1.0 GiB"), std::string::npos) << msg;
