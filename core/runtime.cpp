@@ -33,8 +33,8 @@ Runtime& runtime(Device device, const char* what) {
   Slot& s = slots[static_cast<size_t>(device)];
   std::call_once(s.once, [&] { s.rt = make_runtime(device, s.why); });
   if (!s.rt)
-    throw InputError(std::string(what) + ": device " + name(device) + " is not available: " +
-                     s.why);
+    throw InputError(std::string(what) + ": device " + name(device) +
+                     " is not available: " + s.why);
   return *s.rt;
 }
 

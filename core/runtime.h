@@ -71,9 +71,8 @@ class Runtime {
   virtual bool unscale_and_check(float* x, size_t n, float inv_scale) = 0;
   // AdamW step S (core/optim_math.h) on each tensor of TENSORS, the ones marked decay with
   // DECAY (lr * weight_decay), the rest with 0. May return before the device is done.
-  virtual void adamw_update(const std::vector<TensorInfo>& tensors, const AdamWStep& s,
-                            float decay, float* params, const float* grads, float* m,
-                            float* v) = 0;
+  virtual void adamw_update(const std::vector<TensorInfo>& tensors, const AdamWStep& s, float decay,
+                            float* params, const float* grads, float* m, float* v) = 0;
 };
 
 // The process's runtime of DEVICE. Throws InputError "WHAT: device cuda is not available:

@@ -39,8 +39,8 @@ void check_creatable(const std::string& path) {
   // systems (/proc) where nothing can be created.
   const fs::path probe = existing / (".ringstep-probe-" + std::to_string(::getpid()));
   if (::mkdir(probe.c_str(), 0700) != 0) {
-    throw InputError(what + " cannot be created: nothing can be created in '" +
-                     existing.string() + "': " + std::strerror(errno));
+    throw InputError(what + " cannot be created: nothing can be created in '" + existing.string() +
+                     "': " + std::strerror(errno));
   }
   ::rmdir(probe.c_str());
 }

@@ -10,20 +10,21 @@
 
 namespace ringstep {
 
+// A finished run's weights, as `ringstep export` writes them (train/export.h).
+inline constexpr const char* kFinalWeights = "final.safetensors";
+
 // Everything a run and its tools write into the run directory: what run.overwrite deletes
 // before a new run starts. Nothing else there is touched (a data file or the weights a run
 // starts from may live beside them).
-// A finished run's weights, as `ringstep export` writes them (train/export.h).
-inline constexpr const char* kFinalWeights = "final.safetensors";
 inline constexpr std::array<const char*, 7> kRunOutputs = {
     "config.yaml", "steps.jsonl", "summary.json", "trace", "checkpoints", kFinalWeights,
-    "steps.png"};  // tools/plot_steps.py
+    "steps.png",  // tools/plot_steps.py
+};
 
 // Throws InputError unless PATH is a directory or could be created as one: every name in it
 // at most NAME_MAX bytes, its deepest existing ancestor a writable directory. Reads only, so
 // a command calls it before building anything.
 void check_creatable(const std::string& path);
-
 
 class RunDir {
  public:

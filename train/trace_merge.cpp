@@ -38,8 +38,7 @@ int merge_traces(const std::string& run_dir, const std::string& output) {
   int64_t sync_0 = 0;
   int ranks = 0;
   for (; std::filesystem::exists(dir / ("rank-" + std::to_string(ranks) + ".json")); ++ranks) {
-    auto [doc, sync] =
-        read_rank_trace(dir / ("rank-" + std::to_string(ranks) + ".json"), ranks);
+    auto [doc, sync] = read_rank_trace(dir / ("rank-" + std::to_string(ranks) + ".json"), ranks);
     if (ranks == 0) sync_0 = sync;
     const double shift_us = double(sync_0 - sync) / 1e3;
     for (json& e : doc["traceEvents"]) {

@@ -54,7 +54,8 @@ class CudaRuntime final : public Runtime {
     return cuda::sum_squares(x, n, scratch_);
   }
   bool unscale_and_check(float* x, size_t n, float inv_scale) override {
-    return cuda::unscale_and_check(x, n, inv_scale, reinterpret_cast<int*>(scratch_ + kNormBlocks + 1));
+    return cuda::unscale_and_check(x, n, inv_scale,
+                                   reinterpret_cast<int*>(scratch_ + kNormBlocks + 1));
   }
   void adamw_update(const std::vector<TensorInfo>& tensors, const AdamWStep& s, float decay,
                     float* params, const float* grads, float* m, float* v) override {

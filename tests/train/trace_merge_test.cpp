@@ -20,7 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path Dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("ringstep_merge_" + name + std::to_string(getpid()));
+  const fs::path d =
+      fs::temp_directory_path() / ("ringstep_merge_" + name + std::to_string(getpid()));
   fs::remove_all(d);
   fs::create_directories(d / "trace");
   return d;
