@@ -620,16 +620,6 @@ __global__ void __launch_bounds__(kThreads)
 
 float softmax_scale(int hs) { return 1.0f / std::sqrt(float(hs)); }
 
-// The head size of C / NH, checked.
-int head_size(const char* fn, int C, int NH) {
-  const int hs = NH > 0 && C % NH == 0 ? C / NH : 0;
-  if (padded_head_size(hs) == 0)
-    throw std::invalid_argument(std::string(fn) + ": head size of C = " + std::to_string(C) +
-                                ", NH = " + std::to_string(NH) + " must be in [1, " +
-                                std::to_string(kMaxHeadSize) + "]");
-  return hs;
-}
-
 // Opts the kernel in to SMEM bytes of dynamic shared memory and launches it on (grid, 256).
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, Args... args) {

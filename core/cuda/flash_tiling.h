@@ -29,6 +29,8 @@
 #include <math.h>
 
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 
 #include "core/host_device.h"
 
@@ -64,6 +66,17 @@ RINGSTEP_HD constexpr int padded_head_size(int hs) {
   int hp = 16;
   while (hp < hs) hp *= 2;
   return hs >= 1 && hp <= kMaxHeadSize ? hp : 0;
+}
+
+// The head size C / NH of FN's arguments (host code: the kernels' launcher and their twin);
+// std::invalid_argument unless padded_head_size takes it.
+inline int head_size(const char* fn, int C, int NH) {
+  const int hs = NH > 0 && C % NH == 0 ? C / NH : 0;
+  if (padded_head_size(hs) == 0)
+    throw std::invalid_argument(std::string(fn) + ": head size of C = " + std::to_string(C) +
+                                ", NH = " + std::to_string(NH) + " must be in [1, " +
+                                std::to_string(kMaxHeadSize) + "]");
+  return hs;
 }
 
 // Online softmax. Factor by which a row's accumulator and sum shrink when its running max

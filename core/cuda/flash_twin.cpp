@@ -17,15 +17,6 @@ namespace {
 
 using namespace flash;
 
-int head_size(const char* fn, int C, int NH) {
-  const int hs = NH > 0 && C % NH == 0 ? C / NH : 0;
-  if (padded_head_size(hs) == 0)
-    throw std::invalid_argument(std::string(fn) + ": head size of C = " + std::to_string(C) +
-                                ", NH = " + std::to_string(NH) + " must be in [1, " +
-                                std::to_string(kMaxHeadSize) + "]");
-  return hs;
-}
-
 float bf16(float x) { return bf16_to_fp32(fp32_to_bf16(x)); }
 
 // Whether the tensor-core kernel's product operands (P, dO, dS) round to bf16.

@@ -6,11 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +18,7 @@
 #include "core/cuda/device.h"
 #include "core/device_clock.h"
 #include "core/error.h"
+#include "core/normal_values.h"
 #include "core/registry.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -27,10 +28,9 @@ namespace ringstep {
 namespace {
 
 FlatBuffer Random(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
+  const std::vector<float> v = testing::normal_values(n, seed);
   FlatBuffer b(n);
-  for (size_t i = 0; i < n; ++i) b.data()[i] = d(gen);
+  std::copy(v.begin(), v.end(), b.data());
   return b;
 }
 

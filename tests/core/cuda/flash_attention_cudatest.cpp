@@ -25,6 +25,7 @@
 #include "core/cuda/device.h"
 #include "core/cuda/flash_attention.h"
 #include "core/cuda/flash_twin.h"
+#include "core/normal_values.h"
 #endif
 
 namespace ringstep::cuda {
@@ -80,13 +81,7 @@ class DeviceValues {
   void* p_;
 };
 
-std::vector<float> rnd(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
-  return v;
-}
+using ringstep::testing::normal_values;
 
 using Variant = std::pair<DType, FlashKernel>;
 
@@ -103,9 +98,10 @@ class FlashKernels : public ::testing::TestWithParam<Variant> {
     const double tol_cpu = dt == DType::f32 ? 1e-5 : 1e-2;
     const double tol_twin = dt == DType::f32 ? 1e-5 : 4e-3;
     const size_t nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C, nrow = size_t(B) * NH * T;
-    std::vector<float> qkv = rnd(nqkv, seed);
+    std::vector<float> qkv = normal_values(nqkv, seed);
     if (dt == DType::bf16) round_to_dtype(dt, qkv.data(), qkv.data(), nqkv);
-    const std::vector<float> dout = rnd(nout, seed + 1), dqkv0 = rnd(nqkv, seed + 2);
+    const std::vector<float> dout = normal_values(nout, seed + 1),
+                             dqkv0 = normal_values(nqkv, seed + 2);
 
     DeviceValues d_qkv(nqkv, dt), d_out(nout, dt), d_lse(nrow, DType::f32),
         d_dqkv(nqkv, DType::f32), d_dout(nout, DType::f32), d_dsum(nrow, DType::f32);

@@ -22,6 +22,7 @@
 #include "core/cuda/attention_layout.h"
 #include "core/cuda/flash_tiling.h"
 #include "core/dtype.h"
+#include "core/normal_values.h"
 
 namespace ringstep::cuda {
 namespace {
@@ -31,13 +32,7 @@ using flash::kBlockK;
 using flash::kBlockQ;
 using flash::num_blocks;
 
-std::vector<float> rnd(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
-  return v;
-}
+using ringstep::testing::normal_values;
 
 std::vector<float> rounded(DType dt, std::vector<float> v) {
   if (dt == DType::bf16) round_to_dtype(dt, v.data(), v.data(), v.size());
@@ -174,8 +169,9 @@ class FlashTwinVsCpu : public ::testing::TestWithParam<Variant> {
     SCOPED_TRACE(::testing::Message()
                  << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH << " hs=" << C / NH);
     const size_t nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C;
-    const std::vector<float> qkv = rounded(dt, rnd(nqkv, seed));
-    const std::vector<float> dout = rnd(nout, seed + 1), dqkv0 = rnd(nqkv, seed + 2);
+    const std::vector<float> qkv = rounded(dt, normal_values(nqkv, seed));
+    const std::vector<float> dout = normal_values(nout, seed + 1),
+                             dqkv0 = normal_values(nqkv, seed + 2);
 
     std::vector<double> qkv_d(qkv.begin(), qkv.end()), out_d(nout), att_d(size_t(B) * NH * T * T);
     cpu::attention_forward<double>(out_d.data(), att_d.data(), qkv_d.data(), B, T, C, NH);

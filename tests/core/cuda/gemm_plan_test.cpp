@@ -11,17 +11,12 @@
 #include <vector>
 
 #include "core/cpu/ops.h"
+#include "core/normal_values.h"
 
 namespace ringstep::cuda {
 namespace {
 
-std::vector<float> rnd(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
-  return v;
-}
+using ringstep::testing::normal_values;
 
 std::vector<double> dbl(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
@@ -34,7 +29,7 @@ void expect_near_all(const std::vector<float>& got, const std::vector<double>& w
 constexpr int N = 7, C = 13, OC = 5;
 
 TEST(GemmPlan, LinearForwardIsInpTimesWeightTransposed) {
-  const auto inp = rnd(N * C, 1), w = rnd(OC * C, 2);
+  const auto inp = normal_values(N * C, 1), w = normal_values(OC * C, 2);
   std::vector<float> out(N * OC, NAN);
   const GemmPlan p = plan_linear_forward(N, C, OC);
   gemm_reference(p, w.data(), inp.data(), out.data());  // A = weight, B = inp
@@ -48,9 +43,10 @@ TEST(GemmPlan, LinearForwardIsInpTimesWeightTransposed) {
 }
 
 TEST(GemmPlan, LinearBackwardWritesDinpAndAddsDweight) {
-  const auto inp = rnd(N * C, 3), w = rnd(OC * C, 4), dout = rnd(N * OC, 5);
+  const auto inp = normal_values(N * C, 3), w = normal_values(OC * C, 4),
+             dout = normal_values(N * OC, 5);
   std::vector<float> dinp(N * C, NAN);  // written: the NaN must not be read
-  auto dw = rnd(OC * C, 7);             // += onto nonzero values
+  auto dw = normal_values(OC * C, 7);   // += onto nonzero values
   std::vector<double> want_dinp(N * C);
   auto want_dw = dbl(dw);
   const auto di = dbl(inp), dwt = dbl(w), dd = dbl(dout);
@@ -76,7 +72,7 @@ TEST(GemmPlan, OperandAlignmentIsTheLargestCommonPowerOfTwo) {
   EXPECT_EQ(operand_alignment(buf + 6, 1, 0), 2u);
   EXPECT_EQ(operand_alignment(buf, 4, 8 * 2), 16u);  // bf16 head of hs = 8: stride 16 bytes
   EXPECT_EQ(operand_alignment(buf + 32, 4, 1024), 32u);
-  EXPECT_EQ(operand_alignment(buf, 1, 6), 64u);      // stride ignored without batches
+  EXPECT_EQ(operand_alignment(buf, 1, 6), 64u);  // stride ignored without batches
 }
 
 }  // namespace

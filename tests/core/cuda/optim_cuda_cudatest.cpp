@@ -6,17 +6,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
-#include "core/cuda/device.h"
 #include "core/cuda/cuda_skip.h"
+#include "core/cuda/device.h"
+#include "core/normal_values.h"
 #include "core/registry.h"
+#include "core/runtime.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
-#include "core/runtime.h"
 
 #ifdef RINGSTEP_HAVE_CUDA
 #include "core/cuda/optim_cuda.h"
@@ -35,13 +36,7 @@ class CudaOptim : public ::testing::Test {
 
 #ifdef RINGSTEP_HAVE_CUDA
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
-  return v;
-}
+using ringstep::testing::normal_values;
 
 TEST_F(CudaOptim, AdamWMatchesCpu) {
   Registry reg;
@@ -50,11 +45,11 @@ TEST_F(CudaOptim, AdamWMatchesCpu) {
   const size_t n = reg.total_numel();
   const AdamWParams hp{0.9, 0.95, 1e-8, 0.1};
   AdamW cpu(reg, hp);
-  std::vector<float> p = Random(n, 1);
+  std::vector<float> p = normal_values(n, 1);
   FlatBuffer dp(n, Device::cuda), dg(n, Device::cuda), dm(n, Device::cuda), dv(n, Device::cuda);
   cuda::copy_to_device(dp.data(), p.data(), n * sizeof(float));
   for (int64_t t = 1; t <= 3; ++t) {
-    const std::vector<float> g = Random(n, 10 + uint32_t(t));
+    const std::vector<float> g = normal_values(n, 10 + uint32_t(t));
     cuda::copy_to_device(dg.data(), g.data(), n * sizeof(float));
     const double lr = 1e-2, gs = 0.25;
     cpu.step(p.data(), g.data(), lr, gs);
@@ -72,7 +67,7 @@ TEST_F(CudaOptim, AdamWMatchesCpu) {
 
 TEST_F(CudaOptim, UnscaleAndCheckFindsEveryNonFinite) {
   const size_t n = 100003;
-  std::vector<float> g = Random(n, 2);
+  std::vector<float> g = normal_values(n, 2);
   FlatBuffer dg(n, Device::cuda), flag(1, Device::cuda);  // flag: one float's bytes
   int* f = reinterpret_cast<int*>(flag.data());
   cuda::copy_to_device(dg.data(), g.data(), n * sizeof(float));
@@ -97,7 +92,7 @@ TEST_F(CudaOptim, UnscaleAndCheckFindsEveryNonFinite) {
 // to each other to 1e-6 relative.
 TEST_F(CudaOptim, RuntimePassesMatchTheHostRuntime) {
   const size_t n = 1000003;  // more elements than the reduction's threads: grid-stride loops
-  const std::vector<float> g = Random(n, 5);
+  const std::vector<float> g = normal_values(n, 5);
   FlatBuffer host(n), dev(n, Device::cuda);
   std::copy(g.begin(), g.end(), host.data());
   copy_buffer(dev, host);
@@ -133,12 +128,12 @@ TEST_F(CudaOptim, AdamWFlatBufferStepOnDeviceMatchesHost) {
   AdamW cpu(reg, hp), gpu(reg, hp, Device::cuda);
   EXPECT_EQ(gpu.m().device(), Device::cuda);
   FlatBuffer p(n), dp(n, Device::cuda), dg(n, Device::cuda);
-  const std::vector<float> p0 = Random(n, 1);
+  const std::vector<float> p0 = normal_values(n, 1);
   std::copy(p0.begin(), p0.end(), p.data());
   copy_buffer(dp, p);
   for (int t = 1; t <= 3; ++t) {
     FlatBuffer g(n);
-    const std::vector<float> gv = Random(n, 20 + uint32_t(t));
+    const std::vector<float> gv = normal_values(n, 20 + uint32_t(t));
     std::copy(gv.begin(), gv.end(), g.data());
     copy_buffer(dg, g);
     const double norm = std::sqrt(sum_squares(dg));
