@@ -50,7 +50,7 @@ void print_flops(const Config& cfg, int world) {
       (model + recompute) * tokens / world / 1e9);
 }
 
-void print_memory(const Config& cfg) {
+void print_memory(const Config& cfg, const MachineLimits& machine) {
   const MemoryEstimate e = memory_estimate(cfg);
   std::printf(
       "#   memory     %s per rank (estimate): params %s, grads %s, optimizer %s (AdamW "
@@ -59,8 +59,7 @@ void print_memory(const Config& cfg) {
       human_bytes(e.total_bytes()).c_str(), human_bytes(e.params_bytes).c_str(),
       human_bytes(e.grads_bytes).c_str(), human_bytes(e.optimizer_bytes).c_str(),
       human_bytes(e.activations_bytes).c_str(), name(cfg.recompute.policy),
-      machine_limits(cfg.run.device).memory_of.c_str(),
-      human_bytes(machine_limits(cfg.run.device).memory_bytes).c_str());
+      machine.memory_of.c_str(), human_bytes(machine.memory_bytes).c_str());
 }
 
 }  // namespace
@@ -74,7 +73,8 @@ int run_train_dry_run(const std::string& config_path, const std::vector<std::str
   const int world = ranks > 0 ? ranks : launcher_world_size();
   validate_for_world(cfg, world);
   check_creatable(cfg.run.out_dir);
-  check_fits_machine(cfg, machine_limits(cfg.run.device));
+  const MachineLimits machine = machine_limits(cfg.run.device);
+  check_fits_machine(cfg, machine);
   if (launcher_rank() != 0) return 0;
 
   std::printf(
@@ -88,7 +88,7 @@ int run_train_dry_run(const std::string& config_path, const std::vector<std::str
                           "another count");
   print_model_and_batch(cfg, world);
   print_flops(cfg, world);
-  print_memory(cfg);
+  print_memory(cfg, machine);
   std::printf("#   run dir    %s (the dry run writes nothing there)\n", cfg.run.out_dir.c_str());
   if (cfg.run.overwrite)
     std::printf(
