@@ -13,9 +13,9 @@
 
 #include "core/checksum.h"
 #include "core/device_clock.h"
-#include "core/runtime.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/runtime.h"
 #include "core/threads.h"
 #include "optim/clip.h"
 #include "train/checkpoint.h"
@@ -371,8 +371,8 @@ void Trainer::trace_comm(const GradSync::Result& comm, int64_t wait_start) {
     const int64_t waiting_from = std::max(s.queued_ns, engine_free_ns);
     if (s.start_ns > waiting_from)
       trace_.span(Lane::comm, "engine start-up", waiting_from, s.start_ns, number);
-    trace_.span(Lane::comm, s.op + " bucket " + std::to_string(s.tag), s.start_ns, s.end_ns,
-                number, s.bytes);
+    trace_.span(Lane::comm, s.op + " bucket " + std::to_string(s.tag), s.start_ns, s.end_ns, number,
+                s.bytes);
     engine_free_ns = std::max(engine_free_ns, s.end_ns);
   }
 }
@@ -443,8 +443,8 @@ void Trainer::log_record(const StepResult& s, int n, float val_loss, TrainOutcom
   r.mem_bytes = {facts_.param_bytes, facts_.param_bytes, facts_.optimizer_bytes,
                  arena_.peak_bytes()};
   r.ops = s.ops;
-  r.time_unix = std::chrono::duration<double>(
-                    std::chrono::system_clock::now().time_since_epoch()).count();
+  r.time_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   run_dir_.append_step(record_line(r));
   if (log_line) {
     // This process's steps so far, and the rest at their pace.
@@ -524,17 +524,12 @@ TrainOutcome Trainer::run() {
   // end, or the scaler gave up (a state that only overflows is not worth resuming).
   const bool saved = state_.step % std::max(save_every, 1) == 0 || state_.step == out.resumed_step;
   if (save_every > 0 && !saved && !state_.scaler.should_stop() && fault_.empty()) save(out);
-  RunEnd end;
-  end.stop_reason = !fault_.empty()               ? fault_
-                    : state_.scaler.should_stop() ? state_.scaler.stop_message()
-                                                  : "";
-  end.loop_s = std::chrono::duration<double>(SteadyClock::now() - loop_start_).count();
+  RunEnd end = run_end(out, !fault_.empty()               ? fault_
+                            : state_.scaler.should_stop() ? state_.scaler.stop_message()
+                                                          : "");
   out.final_val_loss = end.final_val_loss = evaluate();
   end.peak_gflops_end = run_peak(cfg_, model_.options().act_dtype, facts_.threads).gflops;
-  end.final_loss = out.losses.empty() ? totals_.last_loss : out.losses.back();
   record_end_state(out);
-  end.optimizer_steps = out.optimizer_steps;
-  end.activations_peak_bytes = arena_.peak_bytes();
   if (facts_.rank == 0 && end.stop_reason.empty())
     export_safetensors(model_, run_dir_.path(kFinalWeights), state_.step);
   if (facts_.rank == 0) write_summary(cfg_, facts_, totals_, state_.scaler, end);
@@ -542,18 +537,25 @@ TrainOutcome Trainer::run() {
   return out;
 }
 
+// What the summary needs of the run's end that the loop knows (the final evaluation and the
+// peak measured again are the caller's).
+RunEnd Trainer::run_end(const TrainOutcome& out, std::string stop_reason) const {
+  RunEnd end;
+  end.stop_reason = std::move(stop_reason);
+  end.loop_s = std::chrono::duration<double>(SteadyClock::now() - loop_start_).count();
+  end.final_loss = out.losses.empty() ? totals_.last_loss : out.losses.back();
+  end.optimizer_steps = state_.optimizer.step_count();
+  end.activations_peak_bytes = arena_.peak_bytes();
+  return end;
+}
+
 // A fault of the machine mid-run (a full disk, a directory made read-only, a file removed):
 // the summary of the steps that ran is still written where it can be (nothing that needs
 // the other ranks: they may be gone), else its `done:` lines are printed; then FAULT goes on.
-[[noreturn]] void Trainer::end_on_fault(const SystemFault& fault, TrainOutcome& out) {
-  RunEnd end;
-  end.stop_reason = fault.what();
-  end.loop_s = std::chrono::duration<double>(SteadyClock::now() - loop_start_).count();
+[[noreturn]] void Trainer::end_on_fault(const SystemFault& fault, const TrainOutcome& out) {
+  RunEnd end = run_end(out, fault.what());
   end.final_val_loss = NAN;
   end.peak_gflops_end = facts_.peak_gflops;
-  end.final_loss = out.losses.empty() ? totals_.last_loss : out.losses.back();
-  end.optimizer_steps = out.optimizer_steps;
-  end.activations_peak_bytes = arena_.peak_bytes();
   if (facts_.rank == 0) {
     try {
       write_summary(cfg_, facts_, totals_, state_.scaler, end);

@@ -86,7 +86,8 @@ class Trainer {
   TrainOutcome run();
 
  private:
-  [[noreturn]] void end_on_fault(const SystemFault& fault, TrainOutcome& out);
+  RunEnd run_end(const TrainOutcome& out, std::string stop_reason) const;
+  [[noreturn]] void end_on_fault(const SystemFault& fault, const TrainOutcome& out);
   // What one step did, on this rank, before the ranks agree on it.
   struct StepResult {
     double loss = 0;  // mean over the micro-batches
