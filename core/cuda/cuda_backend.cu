@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -50,6 +51,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override { device_free(weights16_); }
 
   Device device() const override { return Device::cuda; }
+  size_t gemm_plans_built() const { return lt_.plans_built(); }
   DType act_dtype() const override { return dt_; }
 
   void set_weights(const float* params, size_t n) override {
@@ -118,7 +120,14 @@ class CudaBackend final : public Backend {
     // fp32: the product lands in OUT and the epilogue runs in place.
     float* y = half() ? arena.alloc_floats(n) : as<float>(out);
     if (arena.counting()) return;
-    gemm(plan_linear_forward(N, C, OC), weight_operand(weight), inp, y);
+    const GemmPlan plan = plan_linear_forward(N, C, OC);
+    // Without a residual the bias rides on cuBLASLt's epilogue, straight into OUT (in the
+    // storage type); the kernel below is the fallback where cuBLASLt has no such algorithm.
+    if (residual == nullptr && bias != nullptr && aligned16(bias) &&
+        lt_.run_bias(plan, {ab_type(), ab_type(), tf32_}, weight_operand(weight), inp, out, bias,
+                     stream_))
+      return;
+    gemm(plan, weight_operand(weight), inp, y);
     dispatch([&]<typename S>() {
       RS_LAUNCH(k::bias_residual_kernel<S>, grid_for(n), kBlock, as<S>(out), y, bias,
                 as<S>(residual), OC, n);
@@ -226,9 +235,12 @@ class CudaBackend final : public Backend {
       fn.template operator()<float>();
   }
 
+  // A product with fp32 output.
   void gemm(const GemmPlan& p, const void* A, const void* B, float* C) {
-    lt_.run(p, ab_type(), tf32_, A, B, C, stream_);
+    lt_.run(p, {ab_type(), CUDA_R_32F, tf32_}, A, B, C, stream_);
   }
+
+  static bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
   // The operand a product reads for weight W: W itself (fp32) or its bf16 copy.
   const void* weight_operand(const float* w) const {
@@ -283,6 +295,12 @@ std::unique_ptr<Backend> make_cuda_backend(DType act_dtype, bool tf32) {
     throw InputError("backend: device cuda stores fp32 or bf16 activations; fp16 is not built yet");
   use_local_device();
   return std::make_unique<CudaBackend>(act_dtype, tf32);
+}
+
+size_t gemm_plans_built(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda == nullptr) throw std::logic_error("gemm_plans_built: not a CUDA backend");
+  return cuda->gemm_plans_built();
 }
 
 }  // namespace ringstep::cuda

@@ -3,7 +3,9 @@
 // - Every pointer argument is device memory, except TOKENS and TARGETS (host, copied into
 //   arena scratch) and the loss that crossentropy_forward returns (the one blocking copy).
 // - The linear layers' and the LM head's products run on cuBLASLt with fp32 accumulation
-//   and fp32 output (GemmPlan, core/cuda/gemm_plan.h); bf16 storage feeds bf16 operands (a
+//   and fp32 output (GemmPlan, core/cuda/gemm_plan.h), their plans cached per key; a linear
+//   layer without a residual adds its bias in cuBLASLt's epilogue and stores straight in
+//   the storage type (its own kernel where cuBLASLt has no such algorithm); bf16 storage feeds bf16 operands (a
 //   bf16 copy of the weights made by set_weights, dout rounded where it enters a product,
 //   as CpuBackend does); fp32 storage uses true fp32 products unless TF32 is asked for.
 // - Attention is fused (core/cuda/flash_attention.h): its state is one fp32 log-sum-exp per
@@ -20,6 +22,7 @@
 // fp16 storage is an InputError (not built yet).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "core/backend.h"
@@ -29,5 +32,9 @@ namespace ringstep::cuda {
 // Throws InputError for fp16 or when no CUDA device is usable. Makes this rank's GPU current
 // first (use_local_device, core/cuda/device.h).
 std::unique_ptr<Backend> make_cuda_backend(DType act_dtype, bool tf32);
+
+// The cuBLASLt plans BACKEND (made by make_cuda_backend) has built so far: one per distinct
+// product; a steady training step adds none.
+size_t gemm_plans_built(const Backend& backend);
 
 }  // namespace ringstep::cuda

@@ -72,6 +72,43 @@ uint32_t operand_alignment(const void* p, int batch, int64_t stride_bytes) {
   return uint32_t(bits & (~bits + 1));  // lowest set bit
 }
 
+GemmKey make_gemm_key(const GemmPlan& p, int ab_type, size_t ab_bytes, int cd_type,
+                      size_t cd_bytes, bool tf32, Epilogue epilogue, const void* A, const void* B,
+                      const void* C) {
+  GemmKey k;
+  k.shape = p;
+  k.shape.beta = 0.0f;
+  k.ab_type = ab_type;
+  k.cd_type = cd_type;
+  k.tf32 = tf32;
+  k.epilogue = epilogue;
+  k.align_a = operand_alignment(A, p.batch, p.stride_a * int64_t(ab_bytes));
+  k.align_b = operand_alignment(B, p.batch, p.stride_b * int64_t(ab_bytes));
+  k.align_c = operand_alignment(C, p.batch, p.stride_c * int64_t(cd_bytes));
+  return k;
+}
+
+size_t GemmKeyHash::operator()(const GemmKey& k) const noexcept {
+  const GemmPlan& s = k.shape;
+  const uint64_t fields[] = {uint64_t(s.trans_a) | uint64_t(s.trans_b) << 1 |
+                                 uint64_t(k.tf32) << 2 | uint64_t(k.epilogue) << 3,
+                             uint64_t(uint32_t(s.m)) | uint64_t(uint32_t(s.n)) << 32,
+                             uint64_t(uint32_t(s.k)) | uint64_t(uint32_t(s.batch)) << 32,
+                             uint64_t(s.lda), uint64_t(s.ldb), uint64_t(s.ldc),
+                             uint64_t(s.stride_a), uint64_t(s.stride_b), uint64_t(s.stride_c),
+                             uint64_t(uint32_t(k.ab_type)) | uint64_t(uint32_t(k.cd_type)) << 32,
+                             uint64_t(k.align_a) | uint64_t(k.align_b) << 16 |
+                                 uint64_t(k.align_c) << 32};
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (uint64_t f : fields) {  // splitmix64's finaliser over each field in turn
+    h ^= f + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+  }
+  return size_t(h);
+}
+
 size_t span_a(const GemmPlan& p) {
   return p.trans_a ? span(p.k, p.m, p.lda, p.batch, p.stride_a)
                    : span(p.m, p.k, p.lda, p.batch, p.stride_a);

@@ -20,6 +20,36 @@ struct GemmPlan {
   int batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements; ignored when batch == 1
   float beta = 0.0f;
+
+  bool operator==(const GemmPlan&) const = default;
+};
+
+// What the product does after the multiply: nothing, or add a bias per row of C (per output
+// feature of a linear layer) as cuBLASLt's BIAS epilogue.
+enum class Epilogue : uint8_t { none, bias };
+
+// Everything cuBLASLt's descriptors and its choice of algorithm depend on, and nothing else:
+// the plan's shape (beta is zeroed: it is a per-call scalar), the operand and output types
+// (cudaDataType_t values), TF32, the epilogue and the operands' alignments. Products with
+// equal keys share one cached plan (core/cuda/lt_gemm.h).
+struct GemmKey {
+  GemmPlan shape;
+  int ab_type = 0, cd_type = 0;
+  bool tf32 = false;
+  Epilogue epilogue = Epilogue::none;
+  uint32_t align_a = 0, align_b = 0, align_c = 0;
+
+  bool operator==(const GemmKey&) const = default;
+};
+
+// The key of one call: AB_BYTES and CD_BYTES are the element sizes of the operand and output
+// types, which scale the batch strides into the alignments.
+GemmKey make_gemm_key(const GemmPlan& p, int ab_type, size_t ab_bytes, int cd_type,
+                      size_t cd_bytes, bool tf32, Epilogue epilogue, const void* A, const void* B,
+                      const void* C);
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& k) const noexcept;
 };
 
 // Linear layer, inp (N, C), weight (OC, C), out (N, OC), all row-major.

@@ -12,20 +12,6 @@ namespace {
 
 size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
-// The descriptors of one call, destroyed on every path out (checks throw).
-struct LtDescs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtDescs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
 // A column-major ROWS x COLS operand with leading dimension LD, batched by plan.
 void make_layout(cublasLtMatrixLayout_t* layout, cudaDataType_t type, int64_t rows, int64_t cols,
                  int64_t ld, int batch, int64_t stride) {
@@ -43,14 +29,43 @@ void set_alignment(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttr
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
 }
 
-std::string describe(const GemmPlan& p) {
+template <typename T>
+void set_desc(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, attr, &value, sizeof(value)));
+}
+
+std::string describe(const GemmKey& key) {
+  const GemmPlan& p = key.shape;
   return "m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
          " ta=" + std::to_string(p.trans_a) + " tb=" + std::to_string(p.trans_b) +
          " lda=" + std::to_string(p.lda) + " ldb=" + std::to_string(p.ldb) +
-         " ldc=" + std::to_string(p.ldc) + " batch=" + std::to_string(p.batch);
+         " ldc=" + std::to_string(p.ldc) + " batch=" + std::to_string(p.batch) +
+         (key.epilogue == Epilogue::bias ? " epilogue=bias" : "");
+}
+
+GemmKey key_of(const GemmPlan& p, const GemmTypes& t, Epilogue e, const void* A, const void* B,
+               const void* C) {
+  return make_gemm_key(p, int(t.ab), type_bytes(t.ab), int(t.cd), type_bytes(t.cd), t.tf32, e, A,
+                       B, C);
 }
 
 }  // namespace
+
+// The descriptors of one key, destroyed with the cache (checks throw mid-build; the
+// destructor frees whatever was created).
+struct LtGemm::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;  // false: cuBLASLt has no algorithm for this key
+
+  ~Plan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
 
 LtGemm::LtGemm() {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
@@ -58,49 +73,84 @@ LtGemm::LtGemm() {
 }
 
 LtGemm::~LtGemm() {
+  plans_.clear();
   device_free(workspace_);
   if (handle_) cublasLtDestroy(handle_);
 }
 
-void LtGemm::run(const GemmPlan& p, cudaDataType_t ab_type, bool tf32, const void* A,
-                 const void* B, float* C, cudaStream_t stream) {
+LtGemm::Plan& LtGemm::plan_for(const GemmKey& key) {
+  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  auto plan = std::make_unique<Plan>();
+  const GemmPlan& p = key.shape;
+  const auto ab = cudaDataType_t(key.ab_type), cd = cudaDataType_t(key.cd_type);
   const cublasComputeType_t compute =
-      tf32 && ab_type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  LtDescs d;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F));
-  const int32_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      key.tf32 && ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
+  set_desc(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
+  set_desc(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
+  if (key.epilogue == Epilogue::bias) {
+    set_desc(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set_desc(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F));
+  }
   // Stored shapes: op(A) is m x k, so A is k x m when transposed; likewise B.
-  make_layout(&d.a, ab_type, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda, p.batch,
+  make_layout(&plan->a, ab, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda, p.batch,
               p.stride_a);
-  make_layout(&d.b, ab_type, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.ldb, p.batch,
+  make_layout(&plan->b, ab, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.ldb, p.batch,
               p.stride_b);
-  make_layout(&d.c, CUDA_R_32F, p.m, p.n, p.ldc, p.batch, p.stride_c);
+  make_layout(&plan->c, cd, p.m, p.n, p.ldc, p.batch, p.stride_c);
 
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
-  const uint64_t ws = kWorkspaceBytes;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   // cuBLASLt assumes 256-byte aligned operands unless told otherwise; arena tensors are
   // 64-byte aligned, weight-copy and per-head operands may be less.
-  const size_t ab = type_bytes(ab_type);
-  set_alignment(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                operand_alignment(A, p.batch, p.stride_a * int64_t(ab)));
-  set_alignment(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                operand_alignment(B, p.batch, p.stride_b * int64_t(ab)));
-  const uint32_t c_align = operand_alignment(C, p.batch, p.stride_c * 4);
-  set_alignment(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c_align);
-  set_alignment(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c_align);
+  const uint64_t ws = kWorkspaceBytes;
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
+    set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
+    set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+    set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c,
+                                            plan->c, pref, 1, &result, &found);
+    plan->found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (plan->found) plan->algo = result.algo;
+    // An epilogue cuBLASLt does not support is reported as NOT_SUPPORTED: a plan without an
+    // algorithm, not an error.
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) status = CUBLAS_STATUS_SUCCESS;
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  CUBLAS_CHECK(status);
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
 
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref, 1,
-                                              &result, &found));
-  if (found == 0) throw std::runtime_error("cuBLASLt has no algorithm for GEMM " + describe(p));
-  const float alpha = 1.0f, beta = p.beta;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, d.op, &alpha, A, d.a, B, d.b, &beta, C, d.c, C, d.c,
-                              &result.algo, workspace_, kWorkspaceBytes, stream));
+void LtGemm::enqueue(Plan& plan, float beta, const void* A, const void* B, void* C,
+                     cudaStream_t stream) {
+  const float alpha = 1.0f;
+  CUBLAS_CHECK(cublasLtMatmul(handle_, plan.op, &alpha, A, plan.a, B, plan.b, &beta, C, plan.c, C,
+                              plan.c, &plan.algo, workspace_, kWorkspaceBytes, stream));
+}
+
+void LtGemm::run(const GemmPlan& p, const GemmTypes& types, const void* A, const void* B, void* C,
+                 cudaStream_t stream) {
+  const GemmKey key = key_of(p, types, Epilogue::none, A, B, C);
+  Plan& plan = plan_for(key);
+  if (!plan.found) throw std::runtime_error("cuBLASLt has no algorithm for GEMM " + describe(key));
+  enqueue(plan, p.beta, A, B, C, stream);
+}
+
+bool LtGemm::run_bias(const GemmPlan& p, const GemmTypes& types, const void* A, const void* B,
+                      void* C, const float* bias, cudaStream_t stream) {
+  if (p.beta != 0.0f) throw std::logic_error("LtGemm::run_bias: the bias epilogue writes C (beta 0)");
+  const GemmKey key = key_of(p, types, Epilogue::bias, A, B, C);
+  Plan& plan = plan_for(key);
+  if (!plan.found) return false;
+  // The bias pointer is per call; the descriptor is read when the product is enqueued.
+  set_desc(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  enqueue(plan, 0.0f, A, B, C, stream);
+  return true;
 }
 
 }  // namespace ringstep::cuda

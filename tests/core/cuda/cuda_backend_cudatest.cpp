@@ -15,6 +15,7 @@
 
 #include "core/arena.h"
 #include "core/backend.h"
+#include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_skip.h"
 #include "core/cuda/device.h"
 #include "core/dtype.h"
@@ -187,6 +188,32 @@ TEST_P(CudaBackendOps, LinearWithAndWithoutResidual) {
   cpu_->linear_backward(nullptr, dw.cpu_f(), nullptr, dout.cpu_f(), x.cpu(), wc, N, C, OC, *cpu_arena_);
   gpu_->linear_backward(nullptr, dw.gpu_f(), nullptr, dout.gpu_f(), x.gpu(), wg, N, C, OC, *gpu_arena_);
   expect_match(dw, "dweight again, no dinp or dbias");
+}
+
+// A linear layer without a residual whose bias is 16-byte aligned takes cuBLASLt's bias
+// epilogue (or its fallback kernel): the same values as the CPU op. Repeating a step's
+// products builds no further cuBLASLt plan.
+TEST_P(CudaBackendOps, LinearBiasEpilogueAndCachedPlans) {
+  const int N = 67, C = 48, OC = 100;  // OC * C floats: the bias starts 16-byte aligned
+  auto p = params(size_t(OC) * C + OC, 20);
+  const float* wc = p->cpu_f();
+  const float* wg = p->gpu_f();
+  Twin x(size_t(N) * C, dt_, 1.0f, 21), out(size_t(N) * OC, dt_);
+  Twin dinp(size_t(N) * C, DType::f32), dw(size_t(OC) * C + OC, DType::f32),
+      dout(size_t(N) * OC, DType::f32, 1.0f, 22);
+  auto products = [&] {
+    gpu_->linear_forward(out.gpu(), x.gpu(), wg, wg + OC * C, nullptr, N, C, OC, *gpu_arena_);
+    gpu_->linear_backward(dinp.gpu_f(), dw.gpu_f(), dw.gpu_f() + OC * C, dout.gpu_f(), x.gpu(), wg,
+                          N, C, OC, *gpu_arena_);
+  };
+  products();
+  const size_t built = cuda::gemm_plans_built(*gpu_);
+  EXPECT_GE(built, 3u);  // forward (with or without its epilogue), dinp, dweight
+  EXPECT_LE(built, 4u);  // plus the plain forward where the epilogue has no algorithm
+  products();
+  EXPECT_EQ(cuda::gemm_plans_built(*gpu_), built);
+  cpu_->linear_forward(out.cpu(), x.cpu(), wc, wc + OC * C, nullptr, N, C, OC, *cpu_arena_);
+  expect_match(out, "out with the bias epilogue");
 }
 
 TEST_P(CudaBackendOps, Logits) {

@@ -75,5 +75,50 @@ TEST(GemmPlan, OperandAlignmentIsTheLargestCommonPowerOfTwo) {
   EXPECT_EQ(operand_alignment(buf, 1, 6), 64u);  // stride ignored without batches
 }
 
+// The plan cache's key: beta (a per-call scalar) is not part of it; every field that
+// cuBLASLt's descriptors or algorithm depend on is, so two products differing in any one of
+// them never share a plan.
+TEST(GemmKey, BetaIsNotPartOfTheKeyEveryOtherFieldIs) {
+  alignas(64) static char buf[256];
+  const GemmPlan base = plan_linear_dweight(N, C, OC);  // beta 1
+  auto key = [&](const GemmPlan& p, int ab = 0, int cd = 0, bool tf32 = false,
+                 Epilogue e = Epilogue::none, size_t a_offset = 0) {
+    return make_gemm_key(p, ab, 4, cd, 4, tf32, e, buf + a_offset, buf, buf);
+  };
+  GemmPlan zero_beta = base;
+  zero_beta.beta = 0.0f;
+  EXPECT_EQ(key(base), key(zero_beta));
+  EXPECT_EQ(GemmKeyHash{}(key(base)), GemmKeyHash{}(key(zero_beta)));
+
+  std::vector<GemmKey> variants = {key(base)};
+  auto vary = [&](auto&& change) {
+    GemmPlan p = base;
+    change(p);
+    variants.push_back(key(p));
+  };
+  vary([](GemmPlan& p) { p.trans_a = !p.trans_a; });
+  vary([](GemmPlan& p) { p.trans_b = !p.trans_b; });
+  vary([](GemmPlan& p) { ++p.m; });
+  vary([](GemmPlan& p) { ++p.n; });
+  vary([](GemmPlan& p) { ++p.k; });
+  vary([](GemmPlan& p) { ++p.lda; });
+  vary([](GemmPlan& p) { ++p.ldb; });
+  vary([](GemmPlan& p) { ++p.ldc; });
+  vary([](GemmPlan& p) { p.batch = 2; });
+  vary([](GemmPlan& p) { p.batch = 2, p.stride_a = 8; });
+  vary([](GemmPlan& p) { p.batch = 2, p.stride_b = 8; });
+  vary([](GemmPlan& p) { p.batch = 2, p.stride_c = 8; });
+  variants.push_back(key(base, 14));  // CUDA_R_16BF operands
+  variants.push_back(key(base, 0, 14));
+  variants.push_back(key(base, 0, 0, true));
+  variants.push_back(key(base, 0, 0, false, Epilogue::bias));
+  variants.push_back(key(base, 0, 0, false, Epilogue::none, 4));  // A 4-byte aligned
+  for (size_t i = 0; i < variants.size(); ++i)
+    for (size_t j = i + 1; j < variants.size(); ++j) {
+      EXPECT_FALSE(variants[i] == variants[j]) << i << " vs " << j;
+      EXPECT_NE(GemmKeyHash{}(variants[i]), GemmKeyHash{}(variants[j])) << i << " vs " << j;
+    }
+}
+
 }  // namespace
 }  // namespace ringstep::cuda
