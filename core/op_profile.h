@@ -8,7 +8,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
+#include "core/device_clock.h"
 #include "core/enum_names.h"
 #include "core/profiler.h"
 #include "core/trace.h"
@@ -80,23 +83,40 @@ struct OpProfile {
 
 // The stopwatch the ops read. Off (the default) it reads no clock; start() points it at a
 // profile and a phase until stop().
+// On a device (time_on_device) an op is the time between two marks on the compute stream,
+// not the host's time to enqueue it: begin() and end() record marks and return at once, and
+// stop() waits for the phase's last mark and settles every op of the phase into the
+// profile (so an op-timed step waits for the device once per timed phase). Trace spans are
+// placed on the host's clock at start() plus the device time since the phase's first mark.
 class OpClock {
  public:
+  void time_on_device(std::unique_ptr<DeviceClock> clock) { device_ = std::move(clock); }
   // Times ops into PROFILE's PHASE (null: stay off); TRACE, when not null, gets one span per
   // op call on the compute lane, for STEP.
   void start(OpProfile* profile, OpPhase phase, TraceRecorder* trace, int step);
-  void stop() { profile_ = nullptr; }
+  void stop();
   bool on() const { return profile_ != nullptr; }
-  // The start of an op (0 when off).
-  int64_t begin() const { return on() ? steady_now_ns() : 0; }
+  // The start of an op (0 when off): host nanoseconds, or a device mark.
+  int64_t begin();
   // Ends the op that began at T0: one call of OP with COST.
   void end(Op op, int64_t t0, const OpCost& cost);
 
  private:
+  struct DeviceOp {
+    Op op;
+    int from, to;
+    OpCost cost;
+  };
+  void add(Op op, double ms, const OpCost& cost, int64_t t0_ns, int64_t t1_ns);
+
   OpProfile* profile_ = nullptr;
   OpPhase phase_ = OpPhase::forward;
   TraceRecorder* trace_ = nullptr;
   int step_ = 0;
+  std::unique_ptr<DeviceClock> device_;
+  int64_t start_ns_ = 0;   // host time at start(), on a device
+  int start_mark_ = 0;     // the device mark made at start()
+  std::vector<DeviceOp> pending_;  // this phase's ops, read at stop()
 };
 
 // Times the ops of one phase for its lifetime: CLOCK.start(...) then stop() (nothing when

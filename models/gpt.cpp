@@ -56,6 +56,8 @@ Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt, Device device)
                          {L.fcp_w, Op::mlp_proj}})
       weight_ops.push_back({reg_.at(w).offset, op});
   backend_ = std::make_unique<TimedBackend>(std::move(backend_), op_clock_, std::move(weight_ops));
+  // On a device the ops are timed on its compute stream (the clock's marks grow on demand).
+  op_clock_.time_on_device(params_.runtime().make_clock(256));
 }
 
 void Gpt::init(uint64_t seed) {

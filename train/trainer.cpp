@@ -201,9 +201,7 @@ Trainer::StepResult Trainer::step() {
   const bool traced = timer_.enabled() && !w.empty() && number >= w[0] && number <= w[1];
   const int op_every = cfg_.profile.op_every;
   StepResult s;
-  // The op clock is the host's: on a device it would time launches, not kernels.
-  const bool op_timed =
-      timer_.enabled() && !timer_.on_device() && op_every > 0 && (traced || number % op_every == 0);
+  const bool op_timed = timer_.enabled() && op_every > 0 && (traced || number % op_every == 0);
   ops_ = op_timed ? &s.ops : nullptr;
   if (state_.onebit) s.stage = state_.onebit->stage(facts_.world);
   const bool compressed = s.stage == OneBitStage::compressed;

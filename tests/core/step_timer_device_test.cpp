@@ -8,24 +8,12 @@
 
 #include "core/profiler.h"
 #include "core/runtime.h"
+#include "core/fake_device_clock.h"
 
 namespace ringstep {
 namespace {
 
-// Marks at the times (ms) the test sets before each mark; counts waits.
-struct FakeDeviceClock : DeviceClock {
-  std::vector<double>* at_ms;
-  double now_ms = 0;
-  std::vector<int>* waits;
-  FakeDeviceClock(std::vector<double>* marks, std::vector<int>* w) : at_ms(marks), waits(w) {}
-  int mark() override {
-    at_ms->push_back(now_ms);
-    return int(at_ms->size()) - 1;
-  }
-  void wait(int m) override { waits->push_back(m); }
-  double elapsed_ms(int from, int to) override { return (*at_ms)[to] - (*at_ms)[from]; }
-  void clear() override { at_ms->clear(); }
-};
+using ringstep::testing::FakeDeviceClock;
 
 TEST(StepTimerOnDevice, PhasesComeFromDeviceMarksReadOncePerInterval) {
   std::vector<double> marks;
