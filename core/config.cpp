@@ -235,10 +235,6 @@ void check_cross_fields(const Config& c, const Reader& reader) {
     reader.fail({"optimizer.name", "run.device"},
                 "'optimizer.name' onebit_adam runs on run.device cpu only; use adamw on cuda");
   }
-  if (c.run.device == Device::cuda && c.precision.dtype == DType::f16) {
-    reader.fail({"precision.dtype", "run.device"},
-                "'precision.dtype' fp16 is not built for run.device cuda; use bf16 or fp32");
-  }
 }
 
 // Writes SECTION's keys and subsections as one YAML map, in schema order.

@@ -63,7 +63,10 @@ class CudaBackend final : public Backend {
       weights16_ = static_cast<uint16_t*>(device_alloc(n * sizeof(uint16_t)));
       weights16_n_ = n;
     }
-    fp32_to_bf16(params, weights16_, n, stream_);
+    if (dt_ == DType::f16)
+      fp32_to_fp16(params, weights16_, n, stream_);
+    else
+      fp32_to_bf16(params, weights16_, n, stream_);
   }
 
   size_t weight_copy_bytes(size_t n) const override { return half() ? n * sizeof(uint16_t) : 0; }
@@ -215,7 +218,9 @@ class CudaBackend final : public Backend {
 
  private:
   bool half() const { return dt_ != DType::f32; }
-  cudaDataType_t ab_type() const { return half() ? CUDA_R_16BF : CUDA_R_32F; }
+  cudaDataType_t ab_type() const {
+    return dt_ == DType::bf16 ? CUDA_R_16BF : dt_ == DType::f16 ? CUDA_R_16F : CUDA_R_32F;
+  }
 
   // The fused attention's head sizes, refused where a model is first sized (the counting
   // pass) rather than inside a step.
@@ -226,11 +231,13 @@ class CudaBackend final : public Backend {
                      std::to_string(C) + ", n_heads " + std::to_string(NH));
   }
 
-  // Calls FN.template operator()<S>() with S the storage type.
+  // Calls FN.template operator()<S>() with S the storage type (kernel_common.cuh).
   template <typename Fn>
   void dispatch(Fn&& fn) {
-    if (half())
+    if (dt_ == DType::bf16)
       fn.template operator()<uint16_t>();
+    else if (dt_ == DType::f16)
+      fn.template operator()<k::Fp16>();
     else
       fn.template operator()<float>();
   }
@@ -251,11 +258,12 @@ class CudaBackend final : public Backend {
     return weights16_ + (w - params_);
   }
 
-  // X (fp32, N values) as a product operand: X itself, or a bf16 copy in arena scratch.
+  // X (fp32, N values) as a product operand: X itself, or a 16-bit copy in arena scratch.
   const void* rounded(const float* x, size_t n, Arena& arena) {
     if (!half()) return x;
-    auto* r = static_cast<uint16_t*>(arena.alloc_bytes(n * sizeof(uint16_t)));
-    if (!arena.counting()) RS_LAUNCH(k::narrow_kernel<uint16_t>, grid_for(n), kBlock, r, x, n);
+    void* r = arena.alloc_bytes(n * sizeof(uint16_t));
+    if (!arena.counting())
+      dispatch([&]<typename S>() { RS_LAUNCH(k::narrow_kernel<S>, grid_for(n), kBlock, as<S>(r), x, n); });
     return r;
   }
 
@@ -291,8 +299,6 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(DType act_dtype, bool tf32) {
-  if (act_dtype == DType::f16)
-    throw InputError("backend: device cuda stores fp32 or bf16 activations; fp16 is not built yet");
   use_local_device();
   return std::make_unique<CudaBackend>(act_dtype, tf32);
 }

@@ -677,8 +677,8 @@ void launch_backward(FlashKernel kernel, float* dqkv, const float* dout, const v
 template <typename Fn>
 void dispatch(const char* fn_name, DType dt, FlashKernel kernel, int C, int NH, Fn&& fn) {
   const int hs = head_size(fn_name, C, NH);
-  if (dt != DType::f32 && dt != DType::bf16)
-    throw std::invalid_argument(std::string(fn_name) + ": storage must be fp32 or bf16, got " +
+  if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16)
+    throw std::invalid_argument(std::string(fn_name) + ": storage must be fp32, bf16 or fp16, got " +
                                 dtype_name(dt));
   if (kernel == FlashKernel::tensor_core && dt != DType::bf16)
     throw std::invalid_argument(std::string(fn_name) + ": the tensor-core kernel takes bf16 only");
@@ -696,6 +696,8 @@ void dispatch(const char* fn_name, DType dt, FlashKernel kernel, int C, int NH, 
   };
   if (dt == DType::f32)
     with_storage.template operator()<float>();
+  else if (dt == DType::f16)
+    with_storage.template operator()<kernels::Fp16>();
   else
     with_storage.template operator()<uint16_t>();
 }

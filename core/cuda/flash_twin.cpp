@@ -19,6 +19,12 @@ using namespace flash;
 
 float bf16(float x) { return bf16_to_fp32(fp32_to_bf16(x)); }
 
+// X as storage DT holds it.
+float stored(DType dt, float x) {
+  if (dt != DType::f32) round_to_dtype(dt, &x, &x, 1);
+  return x;
+}
+
 // Whether the tensor-core kernel's product operands (P, dO, dS) round to bf16.
 bool rounds_operands(FlashKernel kernel, DType dt) {
   if (kernel == FlashKernel::simt) return false;
@@ -79,9 +85,7 @@ void flash_forward_twin(DType dt, FlashKernel kernel, float* out, float* lse, co
       for (int r = 0; r < kBlockQ && q0 + r < T; ++r) {
         const int q = q0 + r;
         for (int d = 0; d < hs; ++d)
-          out[btc_index(b, q, h, d, T, C, hs)] = dt == DType::bf16
-                                                     ? bf16(acc[size_t(r) * hs + d] / l[r])
-                                                     : acc[size_t(r) * hs + d] / l[r];
+          out[btc_index(b, q, h, d, T, C, hs)] = stored(dt, acc[size_t(r) * hs + d] / l[r]);
         lse[row_index(bh, q, T)] = row_lse(m[r], l[r]);
       }
     }

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/kernel_common.cuh"
 #include "core/cuda/ops_cuda.h"
 
 namespace ringstep::cuda {
@@ -66,26 +67,17 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   }
 }
 
-// Hardware cvt.rn handles rounding and subnormals; NaNs are rebuilt the way the CPU
-// (x86 F16C) quiets them, because the hardware returns one canonical NaN instead.
+// The roundings of core/dtype.cpp, bit for bit (kernels::narrow).
 __global__ void fp32_to_fp16_kernel(const float* in, uint16_t* out, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t b = __float_as_uint(in[i]);
-    out[i] = (b & 0x7FFFFFFFu) > 0x7F800000u
-                 ? uint16_t(((b >> 16) & 0x8000u) | 0x7E00u | ((b >> 13) & 0x3FFu))
-                 : __half_as_ushort(__float2half_rn(in[i]));
-  }
+       i += size_t(gridDim.x) * blockDim.x)
+    out[i] = kernels::narrow<kernels::Fp16>(in[i]).bits;
 }
 
-// The same integer rounding as core/dtype.cpp: exact, and no subnormal flushing.
 __global__ void fp32_to_bf16_kernel(const float* in, uint16_t* out, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t b = __float_as_uint(in[i]);
-    out[i] = (b & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t((b >> 16) | 0x40u)
-                                             : uint16_t((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-  }
+       i += size_t(gridDim.x) * blockDim.x)
+    out[i] = kernels::narrow<uint16_t>(in[i]);
 }
 
 // Owns one device allocation; frees it even when a later check throws.

@@ -1,5 +1,5 @@
 // A whole Gpt step on cuda against the same step on the CPU: same init, same batch; the
-// loss and every gradient within 1e-5 (fp32) or 1e-2 (bf16) relative; the arena count is
+// loss and every gradient within 1e-5 (fp32) or 1e-2 (bf16, fp16) relative; the arena count is
 // exact on the device too, and a recomputing policy reproduces the forward's loss bit for
 // bit. Skips with the reason when no GPU is usable.
 #include <gtest/gtest.h>
@@ -91,7 +91,7 @@ TEST_P(GptCuda, RecomputeGivesTheSameLossAndGradients) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, GptCuda, ::testing::Values(DType::f32, DType::bf16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, GptCuda, ::testing::Values(DType::f32, DType::bf16, DType::f16),
                          [](const auto& info) { return std::string(name(info.param)); });
 
 }  // namespace

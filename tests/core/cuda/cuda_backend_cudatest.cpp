@@ -326,7 +326,8 @@ TEST_P(CudaBackendOps, CountingArenaTouchesNothing) {
   EXPECT_EQ(counter.used_bytes(), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackendOps, ::testing::Values(DType::f32, DType::bf16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackendOps,
+                         ::testing::Values(DType::f32, DType::bf16, DType::f16),
                          [](const auto& info) { return std::string(name(info.param)); });
 
 #endif  // RINGSTEP_HAVE_CUDA

@@ -1,8 +1,8 @@
 // The fused attention kernels (core/cuda/flash_attention.h) held to their host twin
 // (core/cuda/flash_twin.h) and to the CPU attention op (core/cpu/ops.h, in double), for
-// each (storage, kernel) pair: fp32 on SIMT, bf16 on SIMT, bf16 on tensor cores. Odd T,
-// head sizes 4 to 128, B > 1, NH > 1. Against the CPU op: relative error <= 1e-5 (fp32),
-// 1e-2 (bf16). Against the twin, which does the same arithmetic in another order: the LSE
+// each (storage, kernel) pair: fp32 on SIMT, bf16 on SIMT, bf16 on tensor cores, fp16 on
+// SIMT. Odd T, head sizes 4 to 128, B > 1, NH > 1. Against the CPU op: relative error <=
+// 1e-5 (fp32), 1e-2 (16-bit). Against the twin, which does the same arithmetic in another order: the LSE
 // within 1e-5; out and dqkv within 1e-5 on SIMT fp32, 4e-3 otherwise (an fp32 last-bit
 // difference can round a bf16 value, P or dS, to its neighbour). The backward twin runs on
 // the kernel's own out and LSE, so each direction is checked on its own. Skips without a
@@ -99,7 +99,7 @@ class FlashKernels : public ::testing::TestWithParam<Variant> {
     const double tol_twin = dt == DType::f32 ? 1e-5 : 4e-3;
     const size_t nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C, nrow = size_t(B) * NH * T;
     std::vector<float> qkv = normal_values(nqkv, seed);
-    if (dt == DType::bf16) round_to_dtype(dt, qkv.data(), qkv.data(), nqkv);
+    if (dt != DType::f32) round_to_dtype(dt, qkv.data(), qkv.data(), nqkv);
     const std::vector<float> dout = normal_values(nout, seed + 1),
                              dqkv0 = normal_values(nqkv, seed + 2);
 
@@ -163,7 +163,8 @@ TEST_P(FlashKernels, RejectBadArguments) {
 INSTANTIATE_TEST_SUITE_P(Variants, FlashKernels,
                          ::testing::Values(Variant{DType::f32, FlashKernel::simt},
                                            Variant{DType::bf16, FlashKernel::simt},
-                                           Variant{DType::bf16, FlashKernel::tensor_core}),
+                                           Variant{DType::bf16, FlashKernel::tensor_core},
+                                           Variant{DType::f16, FlashKernel::simt}),
                          [](const auto& info) {
                            return std::string(name(info.param.first)) +
                                   (info.param.second == FlashKernel::simt ? "_simt"

@@ -2,9 +2,9 @@
 // (core/cuda/flash_twin.h: their block loops, online softmax, LSE and recomputation of P,
 // through the functions core/cuda/flash_tiling.h shares with them) against the CPU
 // attention op (core/cpu/ops.h, in double), forward and backward, on fp32 inputs and on
-// bf16-rounded ones (then the output is rounded as the kernel stores it), odd T, several
-// head sizes, B > 1, NH > 1. Relative error ||twin - cpu|| / ||cpu|| <= 1e-5 (fp32), 1e-2
-// (bf16); the measured errors are recorded as test properties (--gtest_output=xml).
+// bf16- and fp16-rounded ones (then the output is rounded as the kernel stores it), odd T,
+// several head sizes, B > 1, NH > 1. Relative error ||twin - cpu|| / ||cpu|| <= 1e-5 (fp32), 1e-2
+// (16-bit); the measured errors are recorded as test properties (--gtest_output=xml).
 #include "core/cuda/flash_twin.h"
 
 #include <gtest/gtest.h>
@@ -35,7 +35,7 @@ using flash::num_blocks;
 using ringstep::testing::normal_values;
 
 std::vector<float> rounded(DType dt, std::vector<float> v) {
-  if (dt == DType::bf16) round_to_dtype(dt, v.data(), v.data(), v.size());
+  if (dt != DType::f32) round_to_dtype(dt, v.data(), v.data(), v.size());
   return v;
 }
 
@@ -155,7 +155,7 @@ struct Shape {
   int B, T, C, NH;
 };
 
-// (storage, kernel): fp32 on the SIMT kernel, bf16 on both.
+// (storage, kernel): fp32 and fp16 on the SIMT kernel, bf16 on both.
 using Variant = std::pair<DType, FlashKernel>;
 
 class FlashTwinVsCpu : public ::testing::TestWithParam<Variant> {
@@ -248,7 +248,8 @@ TEST_P(FlashTwinVsCpu, OddLengthsAndHeadSizes) {
 INSTANTIATE_TEST_SUITE_P(Variants, FlashTwinVsCpu,
                          ::testing::Values(Variant{DType::f32, FlashKernel::simt},
                                            Variant{DType::bf16, FlashKernel::simt},
-                                           Variant{DType::bf16, FlashKernel::tensor_core}),
+                                           Variant{DType::bf16, FlashKernel::tensor_core},
+                                           Variant{DType::f16, FlashKernel::simt}),
                          [](const auto& info) {
                            return std::string(name(info.param.first)) +
                                   (info.param.second == FlashKernel::simt ? "_simt"
