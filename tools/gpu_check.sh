@@ -348,7 +348,7 @@ stage_gpt2() {
   rm -rf "$WORK/runs/gpt2"
   mem_start "$WORK/logs/gpt2_mem.txt"
   "${NICE[@]}" "$RINGSTEP" train "$GPT2_CONFIG" --set run.out_dir="$WORK/runs/gpt2" \
-    --set train.steps="$steps" --set run.overwrite=true "${extra[@]}" \
+    --set train.steps="$steps" --set run.overwrite=true --set profile.op_every=10 "${extra[@]}" \
     >"$WORK/logs/gpt2_train.log" 2>&1
   local rc=$?
   mem_stop
