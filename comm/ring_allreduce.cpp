@@ -22,11 +22,6 @@ std::byte* scratch(size_t bytes) {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
-// Part j of `total` elements cut into `parts` near-equal pieces.
-Shard split(size_t total, size_t parts, size_t j) {
-  const size_t base = total / parts, extra = total % parts;
-  return {j * base + std::min(j, extra), base + (j < extra ? 1 : 0)};
-}
 
 // Steps [first_step, end_step) of the 2(N-1)-step ring (see the header), pipelined.
 // Relative index t = (s - first_step) * C + j names sub-chunk j of step s. Dependencies:
@@ -50,14 +45,9 @@ void ring_steps(Communicator& comm, std::byte* buf, size_t count, DType dt, int 
   const int right = mod(r + 1, n), left = mod(r - 1, n);
   const size_t total = static_cast<size_t>(end_step - first_step) * chunks;
   const size_t lap = static_cast<size_t>(n - 1) * chunks;
+  const RingSchedule ring{count, n, r, chunks};
 
   auto step_of = [&](size_t t) { return first_step + static_cast<int>(t / chunks); };
-  auto piece = [&](int segment, size_t t) {
-    const Shard seg = shard_of(count, n, segment);
-    Shard p = split(seg.count, chunks, t % chunks);
-    p.offset += seg.offset;
-    return p;
-  };
   auto slot = [&](size_t t) { return staging + (t % window) * slot_elems * esize; };
 
   std::vector<CommHandle> recvs(window), sends(window);
@@ -68,9 +58,9 @@ void ring_steps(Communicator& comm, std::byte* buf, size_t count, DType dt, int 
     while (recv_posted < total && recv_posted < recv_done + window) {
       const size_t t = recv_posted;
       const int s = step_of(t);
-      const bool reducing = s < n - 1;
+      const bool reducing = ring.reducing(s);
       if (!reducing && t >= lap && send_done <= t - lap) break;
-      const Shard p = piece(mod(r - s - 2, n), t);
+      const Shard p = ring.piece(ring.recv_segment(s), t % chunks);
       void* dst = reducing ? slot(t) : buf + p.offset * esize;
       recvs[t % window] = p.count ? comm.irecv(dst, p.count, dt, left, opt.tag) : CommHandle();
       ++recv_posted;
@@ -78,7 +68,7 @@ void ring_steps(Communicator& comm, std::byte* buf, size_t count, DType dt, int 
     while (send_posted < total && send_posted < send_done + window &&
            (send_posted < chunks || send_posted - chunks < recv_done)) {
       const size_t t = send_posted;
-      const Shard p = piece(mod(r - step_of(t) - 1, n), t);
+      const Shard p = ring.piece(ring.send_segment(step_of(t)), t % chunks);
       sends[t % window] =
           p.count ? comm.isend(buf + p.offset * esize, p.count, dt, right, opt.tag) : CommHandle();
       ++send_posted;
@@ -86,8 +76,8 @@ void ring_steps(Communicator& comm, std::byte* buf, size_t count, DType dt, int 
     if (recv_done < recv_posted && recvs[recv_done % window].test()) {
       const size_t t = recv_done;
       const int s = step_of(t);
-      if (s < n - 1) {
-        const Shard p = piece(mod(r - s - 2, n), t);
+      if (ring.reducing(s)) {
+        const Shard p = ring.piece(ring.recv_segment(s), t % chunks);
         const float divisor = (opt.average && s == n - 2) ? static_cast<float>(n) : 1.0f;
         reduce(opt.op, buf + p.offset * esize, slot(t), p.count, dt, divisor);
       }
@@ -164,6 +154,12 @@ size_t ring_default_chunk_bytes(size_t segment_bytes, TransferPath path) {
   if (path == TransferPath::link) return size_t{128} << 10;
   constexpr size_t kChunk = size_t{512} << 10;
   return segment_bytes < 4 * kChunk ? std::max<size_t>(segment_bytes, 1) : kChunk;
+}
+
+Shard RingSchedule::piece(int segment, size_t j) const {
+  const Shard seg = shard_of(count, nranks, segment);
+  const size_t base = seg.count / chunks, extra = seg.count % chunks;
+  return {seg.offset + j * base + std::min(j, extra), base + (j < extra ? 1 : 0)};
 }
 
 size_t ring_chunks_per_segment(size_t count, int nranks, DType dt, size_t chunk_bytes) {

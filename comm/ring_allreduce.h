@@ -66,4 +66,25 @@ size_t ring_default_chunk_bytes(size_t segment_bytes, TransferPath path);
 // (chunk_bytes must be resolved, i.e. > 0).
 size_t ring_chunks_per_segment(size_t count, int nranks, DType dt, size_t chunk_bytes);
 
+// The ring's schedule (see the top of this file), one home for this host ring and the
+// device ring over NCCL (comm/nccl/nccl_comm.h): at step s, rank `rank` sends segment
+// send_segment(s) to its right neighbour and receives recv_segment(s) from its left, adding
+// it in during the first N-1 (reducing) steps. Segment k is shard_of(count, N, k), cut into
+// `chunks` near-equal sub-chunks.
+struct RingSchedule {
+  size_t count = 0;
+  int nranks = 1, rank = 0;
+  size_t chunks = 1;
+
+  int steps() const { return 2 * (nranks - 1); }
+  bool reducing(int step) const { return step < nranks - 1; }
+  int send_segment(int step) const { return wrap(rank - step - 1); }
+  int recv_segment(int step) const { return wrap(rank - step - 2); }
+  // Elements [offset, offset + count) of buf that sub-chunk J of SEGMENT covers.
+  Shard piece(int segment, size_t j) const;
+
+ private:
+  int wrap(int a) const { return ((a % nranks) + nranks) % nranks; }
+};
+
 }  // namespace ringstep

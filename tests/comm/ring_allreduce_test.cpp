@@ -145,3 +145,41 @@ TEST(CommReduce, KeepsInfAndNan) {
 
 }  // namespace
 }  // namespace ringstep
+
+// The ring's schedule on its own (the host ring and the NCCL device ring both follow it):
+// N simulated ranks exchanging sub-chunks step by step, as the schedule says, end with the
+// exact sum of integer-valued inputs on every rank, for counts that do and do not divide.
+namespace ringstep {
+namespace {
+
+TEST(RingSchedule, SimulatedRanksEndWithTheExactSum) {
+  for (int n : {1, 2, 3, 4, 5})
+    for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(64), size_t(1001)})
+      for (size_t chunks : {size_t(1), size_t(3)}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "n=" << n << " count=" << count << " chunks=" << chunks);
+        std::vector<std::vector<double>> buf(n, std::vector<double>(count));
+        std::vector<double> want(count, 0.0);
+        for (int r = 0; r < n; ++r)
+          for (size_t i = 0; i < count; ++i)
+            want[i] += buf[r][i] = double((r + 1) * 1000 + i % 97);
+        const RingSchedule probe{count, n, 0, chunks};
+        for (int s = 0; s < probe.steps(); ++s)
+          for (size_t j = 0; j < chunks; ++j) {
+            auto next = buf;  // every rank's step s happens at once
+            for (int r = 0; r < n; ++r) {
+              const int l = (r + n - 1) % n;
+              const RingSchedule me{count, n, r, chunks}, left{count, n, l, chunks};
+              const Shard in = me.piece(me.recv_segment(s), j);
+              ASSERT_EQ(in.offset, left.piece(left.send_segment(s), j).offset);  // what left sends
+              for (size_t i = in.offset; i < in.offset + in.count; ++i)
+                next[r][i] = me.reducing(s) ? buf[r][i] + buf[l][i] : buf[l][i];
+            }
+            buf = std::move(next);
+          }
+        for (int r = 0; r < n; ++r) EXPECT_EQ(buf[r], want) << "rank " << r;
+      }
+}
+
+}  // namespace
+}  // namespace ringstep
