@@ -263,7 +263,9 @@ class CudaBackend final : public Backend {
     if (!half()) return x;
     void* r = arena.alloc_bytes(n * sizeof(uint16_t));
     if (!arena.counting())
-      dispatch([&]<typename S>() { RS_LAUNCH(k::narrow_kernel<S>, grid_for(n), kBlock, as<S>(r), x, n); });
+      dispatch([&]<typename S>() {
+        RS_LAUNCH(k::narrow_kernel<S>, grid_for(n), kBlock, as<S>(r), x, n);
+      });
     return r;
   }
 

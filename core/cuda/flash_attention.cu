@@ -678,8 +678,8 @@ template <typename Fn>
 void dispatch(const char* fn_name, DType dt, FlashKernel kernel, int C, int NH, Fn&& fn) {
   const int hs = head_size(fn_name, C, NH);
   if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16)
-    throw std::invalid_argument(std::string(fn_name) + ": storage must be fp32, bf16 or fp16, got " +
-                                dtype_name(dt));
+    throw std::invalid_argument(std::string(fn_name) +
+                                ": storage must be fp32, bf16 or fp16, got " + dtype_name(dt));
   if (kernel == FlashKernel::tensor_core && dt != DType::bf16)
     throw std::invalid_argument(std::string(fn_name) + ": the tensor-core kernel takes bf16 only");
   auto with_storage = [&]<typename S>() {

@@ -143,7 +143,8 @@ void LtGemm::run(const GemmPlan& p, const GemmTypes& types, const void* A, const
 
 bool LtGemm::run_bias(const GemmPlan& p, const GemmTypes& types, const void* A, const void* B,
                       void* C, const float* bias, cudaStream_t stream) {
-  if (p.beta != 0.0f) throw std::logic_error("LtGemm::run_bias: the bias epilogue writes C (beta 0)");
+  if (p.beta != 0.0f)
+    throw std::logic_error("LtGemm::run_bias: the bias epilogue writes C (beta 0)");
   const GemmKey key = key_of(p, types, Epilogue::bias, A, B, C);
   Plan& plan = plan_for(key);
   if (!plan.found) return false;
