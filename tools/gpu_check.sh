@@ -33,8 +33,9 @@ memcheck       45  testbin   compute-sanitizer --tool memcheck on the op tests
 tiny           20  ringstep  configs/tiny.yaml fp32: first 10 losses, cuda vs cpu
 gpt2           45  ringstep  configs/gpt2-124m.yaml bf16 T 1024: tok/s, MFU, phases, memory
 cuda_bench     15  benchbin  ringstep_cuda_bench: GPT-2 124M forward + backward only
+nccl           15  ncclbin   nccl_mpitest: our device ring vs ncclAllReduce, 1 rank; 2 ranks on one GPU
 torch_eager    30  -         PyTorch eager: same model, B, T, bf16 autocast, clip + AdamW
-torch_compile  90  -         PyTorch torch.compile (SDPA), same step; steady state only
+torch_compile  75  -         PyTorch torch.compile (SDPA), same step; steady state only
 compare         5  -         ringstep / eager, / compile; MFU vs 50%; memory vs PyTorch
 '
 MAX_OUT_FILES=6          # the device tool brings back 8; the check writes 3
@@ -83,6 +84,11 @@ setup_paths() {
     JOBS=$(nproc)
   fi
   BENCHBIN=$BUILD/bench/ringstep_cuda_bench
+  NCCLBIN=$BUILD/tests/nccl_mpitest
+  [[ $REHEARSE == 1 ]] && NCCLBIN=$CPU_BUILD/tests/nccl_mpitest
+  # NCCL: PyTorch's wheel (nvidia-nccl-*) where the CUDA toolkit has none (CMake's NCCL_ROOT).
+  NCCL_DIR=$("${PY[@]}" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+  [[ -n $NCCL_DIR ]] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$NCCL_DIR/lib
   P=$DEPS/usr
   LIB=$P/lib/x86_64-linux-gnu
   export LD_LIBRARY_PATH=$LIB:$LIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -177,6 +183,7 @@ stage_configure() {
     -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_CXX_SKIP_MPICXX=ON \
     -DMPI_CXX_HEADER_DIR="$LIB/openmpi/include" -DMPI_CXX_LIB_NAMES=mpi \
     -DMPI_mpi_LIBRARY="$LIB/openmpi/lib/libmpi.so" -DMPIEXEC_EXECUTABLE="$P/bin/mpiexec" \
+    ${NCCL_DIR:+-DNCCL_ROOT="$NCCL_DIR"} \
     >"$WORK/logs/configure_cmake.log" 2>&1
   local rc=$?
   if [[ $rc -ne 0 ]]; then
@@ -192,7 +199,7 @@ stage_configure() {
   else
     local nvcc
     nvcc=$(grep -ho 'CMAKE_CUDA_COMPILER_VERSION "[0-9.]*"' "$BUILD"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -n 1 | grep -o '[0-9.]*')
-    result ok "$(basename "$BUILD")/, nvcc ${nvcc:-?}, ${GENCODE#-gencode=}, $(grep -o 'CUDA backend [A-Z]*' "$WORK/logs/configure_cmake.log" | head -n 1); every dependency from $DEPS"
+    result ok "$(basename "$BUILD")/, nvcc ${nvcc:-?}, ${GENCODE#-gencode=}, $(grep -o 'CUDA backend [A-Z]*' "$WORK/logs/configure_cmake.log" | head -n 1), $(grep -o 'NCCL [A-Z]*' "$WORK/logs/configure_cmake.log" | head -n 1); every dependency from $DEPS"
   fi
 }
 
@@ -204,7 +211,7 @@ header_leaks() {
 }
 
 stage_build() {
-  local targets=(ringstep_cuda_tests ringstep ringstep_cuda_bench) keep=(-k 0) rc warn built=() missing=() t
+  local targets=(ringstep_cuda_tests ringstep ringstep_cuda_bench nccl_mpitest) keep=(-k 0) rc warn built=() missing=() t
   [[ -f $BUILD/build.ninja ]] || keep=(-k)
   if [[ $REHEARSE == 1 ]]; then
     # No GPU here: compile the CUDA objects (sm_90a, the carried headers) and one object
@@ -237,7 +244,7 @@ stage_build() {
     >"$WORK/logs/build_ninja.log" 2>&1
   rc=$?
   warn=$(grep -c 'warning' "$WORK/logs/build_ninja.log")
-  local bins=("$TESTBIN" "$RINGSTEP" "$BENCHBIN")
+  local bins=("$TESTBIN" "$RINGSTEP" "$BENCHBIN" "$NCCLBIN")
   for t in "${bins[@]}"; do
     if [[ -x $t && $(stat -c %Y "$t") -ge $((t0 - 1)) ]] || [[ -x $t && $rc -eq 0 ]]; then
       built+=("$(basename "$t")")
@@ -251,7 +258,7 @@ stage_build() {
   for b in "${bins[@]}"; do
     [[ -x $b ]] || continue
     outside+=$(ldd "$b" 2>/dev/null | awk '/=>/ {print $3}' | grep -v "^$DEPS" |
-      grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libgomp|libpthread|libdl|librt|libz|libudev|libcap|libcuda|libcudart|libcublas|libcublasLt|libnvJitLink|libmvec)\.so' | tr '\n' ' ')
+      grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libgomp|libpthread|libdl|librt|libz|libudev|libcap|libcuda|libcudart|libcublas|libcublasLt|libnvJitLink|libmvec|libnccl)\.so' | tr '\n' ' ')
   done
   outside=$(tr ' ' '\n' <<<"$outside" | sort -u | tr '\n' ' ' | sed 's/^ *//')
   local hdr
@@ -359,6 +366,22 @@ stage_gpt2() {
   fi
   from_report "$prefix" speed "$WORK/runs/gpt2" "$WORK/logs/gpt2_train.log" \
     "$WORK/logs/gpt2_mem.txt" "$MEMBASE"
+}
+
+# The NCCL communicator: one rank (a singleton) runs every test for real; then 2 ranks on
+# the one GPU, where NCCL is expected to refuse the duplicate GPU: its words go under the row.
+stage_nccl() {
+  local xml=$WORK/logs/nccl.xml log=$WORK/logs/nccl_gtest.log prefix=''
+  [[ $REHEARSE == 1 ]] && prefix='(rehearse: no GPU) '
+  rm -f "$xml"
+  "${NICE[@]}" "$NCCLBIN" --gtest_output="xml:$xml" >"$log" 2>&1
+  local rc=$?
+  from_report "$prefix" gtest "$log" "$xml"
+  "${REPORT[@]}" failures "$WORK/metrics/$STAGE.json" 8 | while read -r l; do hl "$l"; done
+  [[ $rc -ne 0 && $(cut -f1 "$WORK/result/$STAGE") == ok ]] && result FAIL "${prefix}rc=$rc"
+  [[ $REHEARSE == 1 ]] && return
+  timeout 20 "$P/bin/mpiexec" --oversubscribe -np 2 "$NCCLBIN" >"$WORK/logs/nccl_np2.log" 2>&1
+  hl "2 ranks on one GPU: rc=$?; $(grep -m1 -oE 'NCCL refused.*|PASSED.*|FAILED.*' "$WORK/logs/nccl_np2.log" | cut -c1-160)"
 }
 
 stage_cuda_bench() {
@@ -540,6 +563,8 @@ missing_input() {
     benchbin)
       [[ $REHEARSE == 1 ]] && return
       [[ -x $BENCHBIN ]] || echo "needs build${t}$BENCHBIN missing" ;;
+    ncclbin)
+      [[ -x $NCCLBIN ]] || echo "needs build${t}$NCCLBIN missing" ;;
   esac
 }
 
