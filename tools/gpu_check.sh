@@ -215,7 +215,7 @@ stage_build() {
   [[ -f $BUILD/build.ninja ]] || keep=(-k)
   if [[ $REHEARSE == 1 ]]; then
     # No GPU here: compile the CUDA objects (sm_90a, the carried headers) and one object
-    # that reads yaml-cpp, check the three targets are in the graph, link nothing.
+    # that reads yaml-cpp, check the targets are in the graph, link nothing.
     local objs graph
     objs=$(ninja -C "$BUILD" -t targets all 2>/dev/null | cut -d: -f1 |
       grep -E 'ringstep_core\.dir/core/(cuda/[^/]*\.cu|config\.cpp)\.o$' | tr '\n' ' ')
@@ -234,7 +234,7 @@ stage_build() {
     elif [[ ${#missing[@]} -gt 0 || -n $hdr ]]; then
       result FAIL "rehearse: targets not in the graph: ${missing[*]:-none}; headers from /usr/include: ${hdr:-none}"
     else
-      result ok "(rehearse: no GPU) $(wc -w <<<"$objs") objects (the 6 .cu for sm_90a + config.cpp; $now compiled now), $warn warnings, no header from /usr/include; the 3 targets are in the graph, not linked"
+      result ok "(rehearse: no GPU) $(wc -w <<<"$objs") objects (the 6 .cu for sm_90a + config.cpp; $now compiled now), $warn warnings, no header from /usr/include; the ${#targets[@]} targets are in the graph, not linked"
     fi
     return
   fi
