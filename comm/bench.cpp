@@ -7,10 +7,12 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "comm/backoff.h"
 #include "comm/mpi_communicator.h"
+#include "comm/nccl/nccl_comm.h"
 #include "core/error.h"
 
 namespace ringstep {
@@ -132,17 +134,99 @@ void allreduce_gathered(Communicator& comm, T* buf, size_t count, ReduceOp op) {
   }
 }
 
+// Where the timed AllReduce runs: load() puts the input in place (untimed), run() is the
+// timed call, returning once the result is complete, result() reads it back (untimed).
+class Lane {
+ public:
+  virtual ~Lane() = default;
+  virtual void load(const std::byte* input, size_t bytes) = 0;
+  virtual void run(AllreduceAlgo algo, size_t count, DType dt, const RingOptions& ring) = 0;
+  virtual const std::byte* result(size_t bytes) = 0;
+};
+
+// Host buffers: our ring over the communicator's point-to-point, or its own AllReduce.
+class HostLane final : public Lane {
+ public:
+  explicit HostLane(Communicator& comm) : comm_(comm) {}
+  void load(const std::byte* input, size_t bytes) override {
+    work_.resize(bytes);
+    if (bytes) std::memcpy(work_.data(), input, bytes);
+  }
+  void run(AllreduceAlgo algo, size_t count, DType dt, const RingOptions& ring) override {
+    allreduce(comm_, algo, work_.data(), count, dt, ring);
+  }
+  const std::byte* result(size_t) override { return work_.data(); }
+
+ private:
+  Communicator& comm_;
+  std::vector<std::byte> work_;
+};
+
+#ifdef RINGSTEP_HAVE_NCCL
+// Device buffers: our ring over NCCL send/recv, or ncclAllReduce; a run waits for the
+// stream (at most 60 s, then the communicator is aborted).
+class NcclLane final : public Lane {
+ public:
+  explicit NcclLane(Communicator& host) : nccl_(host) {}
+  ~NcclLane() override {
+    cuda::device_free(input_);
+    cuda::device_free(work_);
+  }
+  void load(const std::byte* input, size_t bytes) override {
+    if (bytes > capacity_) {
+      cuda::device_free(input_);
+      cuda::device_free(work_);
+      input_ = cuda::device_alloc(bytes);
+      work_ = cuda::device_alloc(bytes);
+      capacity_ = bytes;
+    }
+    if (bytes != loaded_) cuda::copy_to_device(input_, input, bytes);
+    loaded_ = bytes;
+    if (bytes) cuda::copy_bytes(work_, input_, bytes);
+  }
+  void run(AllreduceAlgo algo, size_t count, DType dt, const RingOptions& ring) override {
+    if (algo == AllreduceAlgo::ring)
+      nccl_.allreduce_ring(work_, count, dt, ring, nullptr);
+    else
+      nccl_.allreduce_native(work_, count, dt, false, nullptr);
+    nccl_.synchronize(nullptr, 60.0);
+  }
+  const std::byte* result(size_t bytes) override {
+    host_.resize(bytes);
+    if (bytes) cuda::copy_to_host(host_.data(), work_, bytes);
+    return host_.data();
+  }
+
+ private:
+  nccl::NcclComm nccl_;
+  void *input_ = nullptr, *work_ = nullptr;
+  size_t capacity_ = 0, loaded_ = size_t(-1);
+  std::vector<std::byte> host_;
+};
+#endif
+
+std::unique_ptr<Lane> make_lane(CommBackend backend, Communicator& comm) {
+  if (backend == CommBackend::mpi) return std::make_unique<HostLane>(comm);
+  if (const std::string why = nccl::unavailable_reason(); !why.empty())
+    throw InputError("bench: --backend nccl: " + why);
+#ifdef RINGSTEP_HAVE_NCCL
+  return std::make_unique<NcclLane>(comm);
+#else
+  return nullptr;  // unavailable_reason said why
+#endif
+}
+
 // Algorithms are interleaved iteration by iteration (ring, native, ring, native, ...) so
 // that background load and frequency changes touch both alike and the ratio stays fair.
 class Bench {
  public:
-  Bench(const AllreduceBenchOptions& opts, Communicator& comm) : opts_(opts), comm_(comm) {}
+  Bench(const AllreduceBenchOptions& opts, Communicator& comm, Lane& lane)
+      : opts_(opts), comm_(comm), lane_(lane) {}
 
   std::vector<Row> measure(size_t count) {
     const DType dt = opts_.dtype;
     const size_t bytes = count * dtype_size(dt);
     input_.resize(bytes);
-    work_.resize(bytes);
     expected_.resize(bytes);
     for (size_t i = 0; i < count; ++i) {
       store(dt, input_.data(), i, bench_value(comm_.rank(), i));
@@ -158,12 +242,12 @@ class Bench {
     std::vector<Row> rows(nalgo);
     auto iteration = [&](bool check) {
       for (size_t a = 0; a < nalgo; ++a) {
-        if (bytes) std::memcpy(work_.data(), input_.data(), bytes);
+        lane_.load(input_.data(), bytes);
         comm_.barrier();
         const int64_t t0 = steady_now_ns();
-        allreduce(comm_, opts_.algos[a], work_.data(), count, dt, ring);
+        lane_.run(opts_.algos[a], count, dt, ring);
         times[a].push_back((steady_now_ns() - t0) * 1e-3);
-        if (check) rows[a].wrong = count_wrong(count);
+        if (check) rows[a].wrong = count_wrong(lane_.result(bytes), count);
       }
     };
     const int warmup = opts_.warmup > 0 ? opts_.warmup : bytes < (size_t{1} << 20) ? 20 : 5;
@@ -184,10 +268,10 @@ class Bench {
   }
 
  private:
-  long long count_wrong(size_t count) const {
+  long long count_wrong(const std::byte* got, size_t count) const {
     long long wrong = 0;
     for (size_t i = 0; i < count; ++i)
-      wrong += same_bits(opts_.dtype, work_.data(), expected_.data(), i) ? 0 : 1;
+      wrong += same_bits(opts_.dtype, got, expected_.data(), i) ? 0 : 1;
     return wrong;
   }
 
@@ -201,7 +285,8 @@ class Bench {
 
   const AllreduceBenchOptions& opts_;
   Communicator& comm_;
-  std::vector<std::byte> input_, work_, expected_;
+  Lane& lane_;
+  std::vector<std::byte> input_, expected_;
 };
 
 std::string algo_list(const std::vector<AllreduceAlgo>& algos) {
@@ -218,9 +303,12 @@ std::string algo_list(const std::vector<AllreduceAlgo>& algos) {
 namespace {
 
 void print_header(const AllreduceBenchOptions& opts, const Communicator& comm, bool ratio) {
-  std::printf("# ringstep bench allreduce: %d ranks (%d on this node), dtype %s, algos %s\n",
-              comm.size(), comm.local_size(), dtype_name(opts.dtype),
-              algo_list(opts.algos).c_str());
+  std::printf(
+      "# ringstep bench allreduce: %d ranks (%d on this node), backend %s (%s buffers), dtype %s,"
+      " algos %s\n",
+      comm.size(), comm.local_size(), name(opts.backend),
+      opts.backend == CommBackend::nccl ? "device" : "host", dtype_name(opts.dtype),
+      algo_list(opts.algos).c_str());
   const bool spin = opts.wait.spin_ns == WaitPolicy::spin().spin_ns;
   std::printf(
       "# warmup %s, iters %s, ring sub-chunk %s, window %d, recursive doubling <= %zu B,"
@@ -287,9 +375,10 @@ int run_allreduce_bench(const AllreduceBenchOptions& opts) {
     return std::find(opts.algos.begin(), opts.algos.end(), a) != opts.algos.end();
   };
   const bool ratio = has(AllreduceAlgo::ring) && has(AllreduceAlgo::native);
+  const std::unique_ptr<Lane> lane = make_lane(opts.backend, comm);  // same answer on every rank
   if (root) print_header(opts, comm, ratio);
 
-  Bench bench(opts, comm);
+  Bench bench(opts, comm, *lane);
   long long total_wrong = 0;
   for (size_t size : sizes) {
     const size_t bytes = size / dtype_size(opts.dtype) * dtype_size(opts.dtype);

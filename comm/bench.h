@@ -1,4 +1,5 @@
-// `ringstep bench allreduce`: an nccl-tests style table of ring vs native AllReduce.
+// `ringstep bench allreduce`: an nccl-tests style table of ring vs native AllReduce, on
+// MPI with host buffers or on NCCL with device buffers.
 // Every rank calls run_allreduce_bench with the same options (it initialises MPI itself if
 // the caller has not). Rank 0 prints one row per (size, algo) as soon as it is measured and,
 // with json_path, appends one JSON object per row to that file (JSON Lines).
@@ -17,6 +18,9 @@
 namespace ringstep {
 
 struct AllreduceBenchOptions {
+  // mpi: host buffers, our ring over MPI point-to-point vs MPI_Allreduce; nccl: device
+  // buffers, our ring over NCCL send/recv vs ncclAllReduce (comm/nccl/nccl_comm.h).
+  CommBackend backend = CommBackend::mpi;
   std::vector<AllreduceAlgo> algos = {AllreduceAlgo::ring, AllreduceAlgo::native};
   size_t min_bytes = size_t{1} << 10;   // -b
   size_t max_bytes = size_t{64} << 20;  // -e
@@ -43,7 +47,7 @@ std::vector<size_t> bench_sizes(size_t min_bytes, size_t max_bytes, int factor);
 double allreduce_busbw_factor(int nranks);
 
 // Returns 0 when every result was correct, 1 otherwise. Throws InputError on bad options
-// (on every rank alike).
+// (on every rank alike), and for backend nccl where this build has no NCCL or no GPU.
 int run_allreduce_bench(const AllreduceBenchOptions& opts);
 
 }  // namespace ringstep

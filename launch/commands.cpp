@@ -26,6 +26,7 @@ namespace ringstep {
 void add_bench_subcommands(CLI::App& bench, BenchCommand& opts) {
   CLI::App* ar = bench.add_subcommand("allreduce", "AllReduce bandwidth table (nccl-tests style)");
   ar->callback([&opts] { opts.which = "allreduce"; });
+  ar->add_option("--backend", opts.backend, "mpi (host buffers) | nccl (device buffers)");
   ar->add_option("--algo", opts.algos, "Algorithms, comma-separated: ring,native");
   ar->add_option("-b,--minbytes", opts.min_size, "Smallest size (e.g. 1K)");
   ar->add_option("-e,--maxbytes", opts.max_size, "Largest size (e.g. 64M)");
@@ -149,6 +150,7 @@ int run_trace(const std::string& run_dir, const std::string& output) {
 
 int run_bench(const BenchCommand& opts, int argc, char** argv) {
   AllreduceBenchOptions o;
+  o.backend = parse_name<CommBackend>(opts.backend, "--backend");
   o.algos = parse_allreduce_algos(opts.algos);
   o.min_bytes = parse_size_bytes(opts.min_size);
   o.max_bytes = parse_size_bytes(opts.max_size);

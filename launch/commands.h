@@ -10,6 +10,7 @@ namespace ringstep {
 
 struct BenchCommand {
   std::string which;  // "allreduce"
+  std::string backend = "mpi";
   std::string algos = "ring,native";
   std::string min_size = "1K", max_size = "64M", dtype = "fp32", json_path;
   int factor = 4, iters = 0, warmup = 0;

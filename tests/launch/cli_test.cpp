@@ -68,6 +68,15 @@ TEST(Cli, CudaWithoutADeviceExitsTwoSayingWhy) {
   fs::remove_all(dir);
 }
 
+// `bench allreduce --backend nccl` needs NCCL and a GPU: without them, exit 2 saying which.
+TEST(Cli, BenchOnNcclWithoutAGpuExitsTwoSayingWhy) {
+  if (ringstep::cuda_available()) GTEST_SKIP() << "a CUDA device is usable here";
+  fs::path dir = Temp("noncclgpu");
+  ExpectBadInput("bench allreduce --backend nccl -e 4K", "bench: --backend nccl: ", dir);
+  ExpectBadInput("bench allreduce --backend tcp -e 4K", "unknown --backend 'tcp'", dir);
+  fs::remove_all(dir);
+}
+
 TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
   fs::path dir = Temp("bad");
   const std::string run = " --set run.out_dir=" + (dir / "run").string();
