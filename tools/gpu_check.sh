@@ -380,6 +380,9 @@ stage_nccl() {
   "${REPORT[@]}" failures "$WORK/metrics/$STAGE.json" 8 | while read -r l; do hl "$l"; done
   [[ $rc -ne 0 && $(cut -f1 "$WORK/result/$STAGE") == ok ]] && result FAIL "${prefix}rc=$rc"
   [[ $REHEARSE == 1 ]] && return
+  timeout 20 "$RINGSTEP" bench allreduce --backend nccl -b 1M -e 16M --iters 5 --warmup 2 \
+    >"$WORK/logs/nccl_bench.log" 2>&1
+  hl "bench allreduce --backend nccl, 1 rank: rc=$?; $(grep -cE '^ +[0-9]+ .* 0( |$)' "$WORK/logs/nccl_bench.log") rows with 0 wrong; $(tail -n 1 "$WORK/logs/nccl_bench.log" | cut -c1-100)"
   timeout 20 "$P/bin/mpiexec" --oversubscribe -np 2 "$NCCLBIN" >"$WORK/logs/nccl_np2.log" 2>&1
   hl "2 ranks on one GPU: rc=$?; $(grep -m1 -oE 'NCCL refused.*|PASSED.*|FAILED.*' "$WORK/logs/nccl_np2.log" | cut -c1-160)"
 }
