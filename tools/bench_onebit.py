@@ -17,11 +17,17 @@ machine's drift hits all alike. Prints one markdown row per bandwidth (docs/perf
   fit:        1-bit step / (compute + comm) - 1 (the target is within 25%);
   volume:     AdamW's bytes sent per rank per step / 1-bit Adam's compressed-stage bytes.
 
+With --hosts (root), each rank runs on a namespace host of launch/testhosts instead, and a
+bandwidth is the kernel-shaped rate of every host's link (tbf, both directions), with no
+application-level emulation: the two columns of docs/comm.md's comparison.
+
 Usage: tools/bench_onebit.py [--bandwidths 10,1,0.25,0.1] [--rounds 1] [--steps 10]
-                             [--floor-gbps 10] [--np 2] [--bin build/ringstep] [--set key=value ...]
+                             [--floor-gbps 10] [--np 2] [--bin build/ringstep] [--hosts]
+                             [--set key=value ...]
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,13 +35,28 @@ import tempfile
 
 
 def train(args, out_dir, optimizer, gbps):
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "core", "-np", str(args.np), args.bin,
-           "train", "configs/bench_onebit.yaml", "--set", f"run.out_dir={out_dir}",
-           "--set", f"optimizer.name={optimizer}", "--set", f"comm.link.bandwidth_gbps={gbps}",
-           "--set", f"train.steps={args.steps}", "--set", "run.overwrite=true"]
-    for s in args.extra:
+    sets = [f"run.out_dir={out_dir}", f"optimizer.name={optimizer}", f"train.steps={args.steps}",
+            "run.overwrite=true", *args.extra]
+    if args.hosts:
+        prefix = f"ob{os.getpid()}"[:8]
+        hosts = ",".join(f"{prefix}h{i}" for i in range(1, args.np + 1))
+        subprocess.run(["launch/testhosts", "up", str(args.np), "--gbps", gbps, "--prefix", prefix,
+                        "--owner", str(os.getpid())], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        cmd = ["launch/ringstep-mpirun", "--hosts", hosts, "configs/bench_onebit.yaml"]
+        sets += ["comm.link.bandwidth_gbps=0", "comm.link.latency_us=0"]
+    else:
+        cmd = ["mpirun", "--oversubscribe", "--bind-to", "core", "-np", str(args.np), args.bin,
+               "train", "configs/bench_onebit.yaml"]
+        sets += [f"comm.link.bandwidth_gbps={gbps}"]
+    for s in sets:
         cmd += ["--set", s]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    try:
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL,
+                       env=dict(os.environ, RINGSTEP_BIN=os.path.abspath(args.bin)))
+    finally:
+        if args.hosts:
+            subprocess.run(["launch/testhosts", "down", "--prefix", prefix], check=True)
     with open(f"{out_dir}/steps.jsonl") as f:
         return [json.loads(line) for line in f]
 
@@ -88,6 +109,8 @@ def main():
     p.add_argument("--floor-gbps", default="10")
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--bin", default="build/ringstep")
+    p.add_argument("--hosts", action="store_true",
+                   help="namespace hosts with kernel-shaped links (launch/testhosts; root)")
     p.add_argument("--set", action="append", default=[], dest="extra")
     args = p.parse_args()
     if args.rounds < 1:
