@@ -2,7 +2,7 @@
 # `netns`. Each test makes its own hosts on its own subnet and skips (exit 77) with the reason
 # where namespace hosts cannot be made (not root, no ip netns). They take turns (resource
 # lock): two jobs launched across two sets of hosts at once have hung at start-up, a daemon
-# missing, a few times in some 60 tries here (docs/launch.md).
+# missing, before each host had its own TMPDIR (docs/launch.md).
 if(Python3_Interpreter_FOUND)
   foreach(case "collectives;2" "collectives;4" "losses;2" "linkcut;2" "sigterm;2")
     list(GET case 0 what)
