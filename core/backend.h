@@ -86,6 +86,7 @@ class Backend {
   // sqrt(hs), causal) v with heads side by side (core/cpu/ops.h). STATE receives what
   // backward needs besides qkv and out, attention_state_bytes long, in the backend's own
   // format (its header says which: the CPU's probabilities, the GPU's row statistics).
+  // attention_state_bytes(device(), act_dtype(), B, T, NH), below.
   virtual size_t attention_state_bytes(int B, int T, int NH) const = 0;
   virtual void attention_forward(void* out, void* state, const void* qkv, int B, int T, int C,
                                  int NH, Arena& arena) = 0;
@@ -108,6 +109,12 @@ class Backend {
   virtual void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
                                      float dloss, int N, int V, Arena& arena) = 0;
 };
+
+// Bytes of what attention saves for backward on DEVICE with ACT activations, the one formula
+// each device's backend answers with (so that a model not built can be sized): the CPU keeps
+// the probabilities (B, NH, T, T) in ACT, the GPU one fp32 log-sum-exp per query row
+// (core/cuda/flash_attention.h). In double, so that an absurd shape cannot overflow.
+double attention_state_bytes(Device device, DType act, double B, double T, double NH);
 
 // The backend for DEVICE storing activations as ACT_DTYPE (f32, bf16 or f16; cuda: f32 or
 // bf16, core/cuda/cuda_backend.h). Device::cuda is an InputError without the CUDA backend

@@ -1,6 +1,6 @@
 // A Backend that times the ops of another (the decorator at the backend seam): while its
 // OpClock is on, every call is one op of the clock's profile, with the FLOPs and bytes its
-// shapes imply (the formulas are in timed_backend.cpp and docs/metrics.md, "Measured
+// shapes imply (core/op_cost.h and docs/metrics.md, "Measured
 // roofline"); while it is off, a call costs one branch. Counting-arena calls are never
 // timed. A matrix product is named by the parameter its weight points into: WEIGHT_OPS maps
 // element offsets in the buffer given to set_weights to ops (std::logic_error for an

@@ -280,7 +280,7 @@ void CpuBackend::logits_forward(float* logits, const void* inp, const float* wte
 }
 
 size_t CpuBackend::attention_state_bytes(int B, int T, int NH) const {
-  return size_t(B) * NH * T * T * dtype_size(dt_);
+  return size_t(ringstep::attention_state_bytes(Device::cpu, dt_, B, T, NH));
 }
 
 void CpuBackend::attention_forward(void* out, void* att, const void* qkv, int B, int T, int C,

@@ -156,7 +156,7 @@ class CudaBackend final : public Backend {
 
   // The state is one fp32 log-sum-exp per query row (core/cuda/flash_attention.h).
   size_t attention_state_bytes(int B, int T, int NH) const override {
-    return size_t(B) * NH * T * sizeof(float);
+    return size_t(ringstep::attention_state_bytes(Device::cuda, act_dtype(), B, T, NH));
   }
 
   void attention_forward(void* out, void* state, const void* qkv, int B, int T, int C, int NH,
