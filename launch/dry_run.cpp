@@ -8,7 +8,7 @@
 #include "core/runtime.h"
 #include "core/threads.h"
 #include "launch/commands.h"
-#include "models/gpt.h"
+#include "models/gpt_spec.h"
 #include "train/preflight.h"
 #include "train/report.h"
 #include "train/run_dir.h"
@@ -18,12 +18,13 @@ namespace {
 
 void print_model_and_batch(const Config& cfg, int world) {
   const ModelConfig& m = cfg.model;
-  const double params = gpt_param_estimate(m);
+  const GptSpec spec(m);
   std::printf(
       "#   model      GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %s params "
       "(%s without position embeddings)\n",
-      m.n_layers, m.d_model, m.n_heads, m.seq_len, m.vocab_size, human_count(params).c_str(),
-      human_count(params - double(m.seq_len) * m.d_model).c_str());
+      m.n_layers, m.d_model, m.n_heads, m.seq_len, m.vocab_size,
+      human_count(double(spec.param_count())).c_str(),
+      human_count(double(spec.flops_param_count())).c_str());
   const double sequences = double(cfg.train.micro_batch) * cfg.train.grad_accum_steps * world;
   std::printf("#   batch      %d micro x %d accum x %d ranks = %.0f sequences = %.0f tokens/step\n",
               cfg.train.micro_batch, cfg.train.grad_accum_steps, world, sequences,
@@ -36,9 +37,9 @@ void print_flops(const Config& cfg, int world) {
   const ModelConfig& m = cfg.model;
   const double tokens =
       double(cfg.train.micro_batch) * cfg.train.grad_accum_steps * world * m.seq_len;
-  const double model = Gpt::model_flops_per_token(m);
-  const double recompute = Gpt::recompute_flops_per_token(
-      m, {cfg.precision.dtype, cfg.recompute.policy, cfg.recompute.k});
+  const GptSpec spec(m);
+  const double model = spec.model_flops_per_token();
+  const double recompute = spec.recompute_flops_per_token(gpt_options(cfg));
   std::printf(
       "#   flops      %.3f MFLOP/token model (6N + 6LCT): %.2f GFLOP/step, %.2f GFLOP/step per "
       "rank\n",
@@ -54,7 +55,7 @@ void print_memory(const Config& cfg, const MachineLimits& machine) {
   const MemoryEstimate e = memory_estimate(cfg);
   std::printf(
       "#   memory     %s per rank (estimate): params %s, grads %s, optimizer %s (AdamW "
-      "moments),\n#              activations %s (Korthikanti et al. 2022, recompute %s); %s "
+      "moments),\n#              activations %s (arena peak, models/gpt_spec.h, recompute %s); %s "
       "has %s\n",
       human_bytes(e.total_bytes()).c_str(), human_bytes(e.params_bytes).c_str(),
       human_bytes(e.grads_bytes).c_str(), human_bytes(e.optimizer_bytes).c_str(),

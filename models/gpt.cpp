@@ -14,48 +14,13 @@
 
 namespace ringstep {
 
-double gpt_param_estimate(const ModelConfig& m) {
-  const double V = m.vocab_size, T = m.seq_len, C = m.d_model, L = m.n_layers;
-  return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
-}
-
 Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt, Device device)
-    : cfg_(cfg), opt_(opt), backend_(make_backend(device, opt.act_dtype, opt.tf32)) {
+    : spec_(cfg), opt_(opt), backend_(make_backend(device, opt.act_dtype, opt.tf32)) {
   if (opt_.recompute_k < 1) throw InputError("recompute.k must be >= 1");
-  const int64_t V = cfg.vocab_size, T = cfg.seq_len, C = cfg.d_model;
-  // Order: embeddings, blocks 0..L-1 each contiguous, final LayerNorm. docs/formats.md.
-  wte_ = reg_.add("wte", {V, C});
-  wpe_ = reg_.add("wpe", {T, C});
-  for (int l = 0; l < cfg.n_layers; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    Layer L;
-    L.ln1_w = reg_.add(h + "ln1.weight", {C}, false);
-    L.ln1_b = reg_.add(h + "ln1.bias", {C}, false);
-    L.qkv_w = reg_.add(h + "attn.qkv.weight", {3 * C, C});
-    L.qkv_b = reg_.add(h + "attn.qkv.bias", {3 * C}, false);
-    L.proj_w = reg_.add(h + "attn.proj.weight", {C, C});
-    L.proj_b = reg_.add(h + "attn.proj.bias", {C}, false);
-    L.ln2_w = reg_.add(h + "ln2.weight", {C}, false);
-    L.ln2_b = reg_.add(h + "ln2.bias", {C}, false);
-    L.fc_w = reg_.add(h + "mlp.fc.weight", {4 * C, C});
-    L.fc_b = reg_.add(h + "mlp.fc.bias", {4 * C}, false);
-    L.fcp_w = reg_.add(h + "mlp.proj.weight", {C, 4 * C});
-    L.fcp_b = reg_.add(h + "mlp.proj.bias", {C}, false);
-    layers_.push_back(L);
-  }
-  lnf_w_ = reg_.add("lnf.weight", {C}, false);
-  lnf_b_ = reg_.add("lnf.bias", {C}, false);
-  params_ = FlatBuffer(reg_.total_numel(), device);
-  grads_ = FlatBuffer(reg_.total_numel(), device);
+  params_ = FlatBuffer(registry().total_numel(), device);
+  grads_ = FlatBuffer(registry().total_numel(), device);
   // Each matrix product is timed under the name of its weight.
-  std::vector<std::pair<size_t, Op>> weight_ops = {{reg_.at(wte_).offset, Op::lm_head}};
-  for (const Layer& L : layers_)
-    for (auto [w, op] : {std::pair{L.qkv_w, Op::qkv},
-                         {L.proj_w, Op::attn_proj},
-                         {L.fc_w, Op::mlp_fc},
-                         {L.fcp_w, Op::mlp_proj}})
-      weight_ops.push_back({reg_.at(w).offset, op});
-  backend_ = std::make_unique<TimedBackend>(std::move(backend_), op_clock_, std::move(weight_ops));
+  backend_ = std::make_unique<TimedBackend>(std::move(backend_), op_clock_, spec_.weight_ops());
   // On a device the ops are timed on its compute stream (the clock's marks grow on demand).
   op_clock_.time_on_device(params_.runtime().make_clock(256));
 }
@@ -73,12 +38,12 @@ void Gpt::init(uint64_t seed) {
 
 void Gpt::init_host(FlatBuffer& params, uint64_t seed) const {
   params.zero();
-  const float residual_std = 0.02f / std::sqrt(2.0f * cfg_.n_layers);
-  for (size_t i = 0; i < reg_.size(); ++i) {
-    const TensorInfo& t = reg_.at(i);
+  const float residual_std = 0.02f / std::sqrt(2.0f * config().n_layers);
+  for (size_t i = 0; i < registry().size(); ++i) {
+    const TensorInfo& t = registry().at(i);
     float* w = params.at(t);
-    const bool is_ln_weight = t.name.find("ln") != std::string::npos &&
-                              t.name.find(".weight") != std::string::npos;
+    const bool is_ln_weight =
+        t.name.find("ln") != std::string::npos && t.name.find(".weight") != std::string::npos;
     if (is_ln_weight) {
       for (size_t k = 0; k < t.numel; ++k) w[k] = 1.0f;
     } else if (t.shape.size() == 2) {
@@ -88,48 +53,13 @@ void Gpt::init_host(FlatBuffer& params, uint64_t seed) const {
   }
 }
 
-
-Gpt::Keep Gpt::keep(const GptOptions& opt, int layer) {
-  switch (opt.recompute) {
-    case RecomputePolicy::none: return Keep::all;
-    case RecomputePolicy::full: return Keep::input;
-    case RecomputePolicy::every_k:
-      return layer % std::max(1, opt.recompute_k) == 0 ? Keep::input : Keep::all;
-    case RecomputePolicy::selective: return Keep::selective;
-  }
-  return Keep::all;
-}
-
-bool Gpt::layer_recomputed(int layer) const { return keep(layer) != Keep::all; }
-
-double Gpt::recompute_flops_per_token(const ModelConfig& cfg, const GptOptions& opt) {
-  const double C = cfg.d_model, T = cfg.seq_len;
-  double flops = 0;
-  for (int l = 0; l < cfg.n_layers; ++l) {
-    // Forward GEMMs of a block are 2 x (3C^2 + C^2 + 4C^2 + 4C^2) per token and causal
-    // attention 2 C T (docs/metrics.md). A full recompute stops before the MLP's output
-    // projection (backward does not need the block output); selective redoes attention.
-    if (keep(opt, l) == Keep::input) flops += 2.0 * 8 * C * C + 2.0 * C * T;
-    if (keep(opt, l) == Keep::selective) flops += 2.0 * C * T;
-  }
-  return flops;
-}
-
-std::array<Gpt::ActSlot, 9> Gpt::slots(LayerActs& a) const {
-  const size_t NC = size_t(B_) * T_ * cfg_.d_model * dtype_size(opt_.act_dtype);
-  const size_t state = backend_->attention_state_bytes(B_, T_, cfg_.n_heads);
-  constexpr uint8_t kAll = 1 << int(Keep::all);
-  constexpr uint8_t kSelective = kAll | 1 << int(Keep::selective);
-  constexpr uint8_t kOutput = kSelective | 1 << int(Keep::input);
-  return {{{&a.ln1, NC, kAll},
-           {&a.qkv, 3 * NC, kSelective},
-           {&a.att_state, state, kAll},
-           {&a.atty, NC, kSelective},
-           {&a.res2, NC, kSelective},
-           {&a.ln2, NC, kAll},
-           {&a.fch, 4 * NC, kSelective},
-           {&a.fch_gelu, 4 * NC, kAll},
-           {&a.res3, NC, kOutput}}};
+std::array<Gpt::ActSlot, kBlockTensors> Gpt::slots(LayerActs& a) const {
+  const auto t = spec_.block_tensors(opt_, backend_->device(), B_, T_);
+  const std::array<void**, kBlockTensors> ptrs = {&a.ln1, &a.qkv, &a.att_state, &a.atty, &a.res2,
+                                                  &a.ln2, &a.fch, &a.fch_gelu,  &a.res3};
+  std::array<ActSlot, kBlockTensors> out;
+  for (size_t i = 0; i < kBlockTensors; ++i) out[i] = {ptrs[i], size_t(t[i].bytes), t[i].kept_by};
+  return out;
 }
 
 void* Gpt::alloc_act(size_t n) { return arena_->alloc_bytes(n * dtype_size(opt_.act_dtype)); }
@@ -151,8 +81,8 @@ void Gpt::alloc_rebuilt(LayerActs& a) {
 // --- blocks ------------------------------------------------------------------------------
 
 void Gpt::block_forward(int l, const void* x, LayerActs& a) {
-  const Layer& L = layers_[l];
-  const int N = B_ * T_, C = cfg_.d_model, NH = cfg_.n_heads;
+  const Layer& L = layer(l);
+  const int N = B_ * T_, C = config().d_model, NH = config().n_heads;
   Backend& be = *backend_;
   Arena& ar = *arena_;
   be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p(L.ln1_w), p(L.ln1_b), N, C, ar);
@@ -175,8 +105,8 @@ void Gpt::recompute_block(int l, const void* x, LayerActs& a, Keep k) {
     block_forward(l, x, a);
     return;
   }
-  const Layer& L = layers_[l];
-  const int N = B_ * T_, C = cfg_.d_model, NH = cfg_.n_heads;
+  const Layer& L = layer(l);
+  const int N = B_ * T_, C = config().d_model, NH = config().n_heads;
   Backend& be = *backend_;
   Arena& ar = *arena_;
   be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p(L.ln1_w), p(L.ln1_b), N, C, ar);
@@ -190,8 +120,8 @@ void Gpt::recompute_block(int l, const void* x, LayerActs& a, Keep k) {
 }
 
 void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& d) {
-  const Layer& L = layers_[l];
-  const int N = B_ * T_, C = cfg_.d_model, NH = cfg_.n_heads;
+  const Layer& L = layer(l);
+  const int N = B_ * T_, C = config().d_model, NH = config().n_heads;
   const size_t NC = size_t(N) * C;
   Backend& be = *backend_;
   Arena& ar = *arena_;
@@ -231,7 +161,7 @@ float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int
     backend_->set_weights(params_.data(), params_.size());
     weights_stale_ = false;
   }
-  const int C = cfg_.d_model, N = B * T;
+  const int C = config().d_model, N = B * T;
   const size_t NC = size_t(N) * C;
   // Backward's fp32 gradient buffers sit below the saved activations, so that backward can
   // pop each block's activations as soon as the block is done (a stack frees only its top).
@@ -242,11 +172,11 @@ float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int
     d_.big = arena.alloc_floats(4 * NC);
   }
   encoded_ = alloc_act(NC);
-  backend_->encoder_forward(encoded_, inputs, p(wte_), p(wpe_), B, T, C, arena);
-  acts_.assign(cfg_.n_layers, LayerActs{});
-  layer_marks_.assign(cfg_.n_layers, 0);
+  backend_->encoder_forward(encoded_, inputs, p(spec_.wte()), p(spec_.wpe()), B, T, C, arena);
+  acts_.assign(config().n_layers, LayerActs{});
+  layer_marks_.assign(config().n_layers, 0);
   const void* x = encoded_;
-  for (int l = 0; l < cfg_.n_layers; ++l) {
+  for (int l = 0; l < config().n_layers; ++l) {
     LayerActs& a = acts_[l];
     const Keep k = keep(l);
     layer_marks_[l] = arena.mark();
@@ -267,18 +197,19 @@ float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int
 
 float Gpt::head_forward(const void* x) {
   Arena& arena = *arena_;
-  const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size;
+  const int N = B_ * T_, C = config().d_model, V = int(spec_.vocab_rows());
   head_mark_ = arena.mark();
   lnf_ = alloc_act(size_t(N) * C);
   lnf_mean_ = arena.alloc_floats(N);
   lnf_rstd_ = arena.alloc_floats(N);
   probs_ = arena.alloc_floats(size_t(N) * V);
   losses_ = arena.alloc_floats(N);
-  backend_->layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, p(lnf_w_), p(lnf_b_), N, C, arena);
+  backend_->layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, p(spec_.lnf_w()), p(spec_.lnf_b()), N,
+                              C, arena);
   // Logits and the loss stay fp32 (as under autocast); backward only needs the probabilities.
   ArenaScope scope(arena);
   float* logits = arena.alloc_floats(size_t(N) * V);
-  backend_->logits_forward(logits, lnf_, p(wte_), N, C, V, arena);
+  backend_->logits_forward(logits, lnf_, p(spec_.wte()), N, C, V, arena);
   return backend_->crossentropy_forward(losses_, probs_, logits, targets_, N, V, arena);
 }
 
@@ -292,14 +223,15 @@ float Gpt::evaluate(const int32_t* inputs, const int32_t* targets, int B, int T,
 void Gpt::head_backward(float dloss_scale) {
   Arena& arena = *arena_;
   Backend& be = *backend_;
-  const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size;
+  const int N = B_ * T_, C = config().d_model, V = int(spec_.vocab_rows());
   float* dlogits = arena.alloc_floats(size_t(N) * V);
   // Mean over N tokens, times the caller's scale (1/grad_accum_steps, loss scale).
   be.crossentropy_backward(dlogits, probs_, targets_, dloss_scale / N, N, V, arena);
-  be.linear_backward(d_.dln, g(wte_), nullptr, dlogits, lnf_, p(wte_), N, C, V, arena);
-  const void* x_last = cfg_.n_layers > 0 ? acts_.back().res3 : encoded_;
-  be.layernorm_backward(d_.dres, g(lnf_w_), g(lnf_b_), d_.dln, x_last, p(lnf_w_), lnf_mean_,
-                        lnf_rstd_, N, C, arena);
+  be.linear_backward(d_.dln, g(spec_.wte()), nullptr, dlogits, lnf_, p(spec_.wte()), N, C, V,
+                     arena);
+  const void* x_last = config().n_layers > 0 ? acts_.back().res3 : encoded_;
+  be.layernorm_backward(d_.dres, g(spec_.lnf_w()), g(spec_.lnf_b()), d_.dln, x_last,
+                        p(spec_.lnf_w()), lnf_mean_, lnf_rstd_, N, C, arena);
   arena.release_to(head_mark_);  // final LayerNorm, probabilities, dlogits
 }
 
@@ -307,9 +239,9 @@ void Gpt::backward(float dloss_scale, Arena& arena, const std::function<void(int
   if (d_.dres == nullptr) throw std::logic_error("Gpt::backward without a training forward");
   arena_ = &arena;
   recompute_ms_ = 0;
-  backend_->zero(d_.dres, size_t(B_) * T_ * cfg_.d_model, arena);
+  backend_->zero(d_.dres, size_t(B_) * T_ * config().d_model, arena);
   head_backward(dloss_scale);
-  for (int l = cfg_.n_layers - 1; l >= 0; --l) {
+  for (int l = config().n_layers - 1; l >= 0; --l) {
     const void* x = l > 0 ? acts_[l - 1].res3 : encoded_;
     const Keep k = keep(l);
     LayerActs a = acts_[l];
@@ -324,7 +256,8 @@ void Gpt::backward(float dloss_scale, Arena& arena, const std::function<void(int
     arena.release_to(layer_marks_[l]);  // this block's activations and rebuilt tensors
     if (layer_done) layer_done(l);
   }
-  backend_->encoder_backward(g(wte_), g(wpe_), d_.dres, inputs_, B_, T_, cfg_.d_model, arena);
+  backend_->encoder_backward(g(spec_.wte()), g(spec_.wpe()), d_.dres, inputs_, B_, T_,
+                             config().d_model, arena);
   if (layer_done) layer_done(-1);
   arena.release_to(forward_mark_);
   d_ = DBufs{};
@@ -339,26 +272,6 @@ size_t Gpt::count_arena_bytes(int B, int T) {
   backward(1.0f, counter);
   recompute_ms_ = recompute_ms;
   return counter.peak_bytes();
-}
-
-std::pair<size_t, size_t> Gpt::layer_range(int layer) const {
-  const Layer& L = layers_[layer];
-  return {reg_.at(L.ln1_w).offset, reg_.at(L.fcp_b).offset + reg_.at(L.fcp_b).numel};
-}
-
-std::vector<std::pair<size_t, size_t>> Gpt::embedding_ranges() const {
-  auto range = [&](size_t i) {
-    return std::pair<size_t, size_t>{reg_.at(i).offset, reg_.at(i).offset + reg_.at(i).numel};
-  };
-  return {range(wte_), range(wpe_), {reg_.at(lnf_w_).offset, reg_.total_numel()}};
-}
-
-size_t Gpt::flops_param_count() const { return reg_.param_count() - reg_.at(wpe_).numel; }
-
-double Gpt::model_flops_per_token(const ModelConfig& cfg) {
-  const double C = cfg.d_model, T = cfg.seq_len;
-  const double n = gpt_param_estimate(cfg) - T * C;  // without the position embeddings
-  return 6.0 * n + 6.0 * cfg.n_layers * C * T;
 }
 
 }  // namespace ringstep

@@ -12,8 +12,10 @@
 // activation is stored in 16 bits and every consumer reads the stored (rounded) value, so
 // a recomputed forward is bit-identical to the first one.
 //
-// Recomputation: a block is kept whole, or keeps only its input (full), or keeps its matrix
-// products' outputs (selective); backward rebuilds what is missing one block at a time.
+// The layout, the saved tensors' sizes and every op's cost come from the model's GptSpec
+// (models/gpt_spec.h). Recomputation: a block is kept whole, or keeps only its input (full),
+// or keeps its matrix products' outputs (selective); backward rebuilds what is missing one
+// block at a time.
 // One Gpt per training thread; not thread-safe.
 #pragma once
 
@@ -31,19 +33,9 @@
 #include "core/dtype.h"
 #include "core/op_profile.h"
 #include "core/registry.h"
+#include "models/gpt_spec.h"
 
 namespace ringstep {
-
-// The parameter count of M's layout, V C + T C + L (12 C^2 + 13 C) + 2 C, without building
-// it: equal to Gpt(M, ...).param_count(), in double so that an absurd config cannot overflow.
-double gpt_param_estimate(const ModelConfig& m);
-
-struct GptOptions {
-  DType act_dtype = DType::f32;  // storage of saved activations: f32, bf16 or f16
-  RecomputePolicy recompute = RecomputePolicy::none;
-  int recompute_k = 2;  // every_k: blocks whose index is a multiple of k are recomputed
-  bool tf32 = false;    // cuda: fp32 products may use TF32 (precision.tf32)
-};
 
 class Gpt {
  public:
@@ -53,8 +45,9 @@ class Gpt {
   // host memory.
   explicit Gpt(const ModelConfig& cfg, const GptOptions& opt = {}, Device device = Device::cpu);
 
-  const ModelConfig& config() const { return cfg_; }
-  const Registry& registry() const { return reg_; }
+  const ModelConfig& config() const { return spec_.config(); }
+  const GptSpec& spec() const { return spec_; }
+  const Registry& registry() const { return spec_.registry(); }
   const GptOptions& options() const { return opt_; }
   // Mutable access marks the backend's copy of the weights stale; the next forward
   // refreshes it (Backend::set_weights).
@@ -92,31 +85,18 @@ class Gpt {
   // Milliseconds the last backward() spent recomputing activations (0 with policy none).
   double last_recompute_ms() const { return recompute_ms_; }
   // Forward FLOPs per token that backward repeats under the recompute policy (for HFU).
-  double recompute_flops_per_token() const { return recompute_flops_per_token(cfg_, opt_); }
-  // The same for a model that is not built: a pure function of its config and options
-  // (`train --dry-run` asks it without allocating the parameters).
-  static double recompute_flops_per_token(const ModelConfig& cfg, const GptOptions& opt);
+  double recompute_flops_per_token() const { return spec_.recompute_flops_per_token(opt_); }
   // Blocks whose activations are not all kept by forward.
-  bool layer_recomputed(int layer) const;
-  // The contiguous [begin, end) element range of block L's parameters (L = -1: embeddings
-  // and final LayerNorm, which are not contiguous: use embedding_ranges()).
-  std::pair<size_t, size_t> layer_range(int layer) const;
-  std::vector<std::pair<size_t, size_t>> embedding_ranges() const;
+  bool layer_recomputed(int layer) const { return keep(layer) != BlockKeep::all; }
 
-  size_t param_count() const { return reg_.param_count(); }
+  size_t param_count() const { return spec_.param_count(); }
   // Bytes the backend holds for its copies of the weights (Backend::weight_copy_bytes).
   size_t weight_copy_bytes() const { return backend_->weight_copy_bytes(params_.size()); }
-  // N of the FLOPs formula: parameters without the position embeddings.
-  size_t flops_param_count() const;
   // Model FLOPs per token, 6 N + 6 L C T (causal attention counted once).
-  double model_flops_per_token() const { return model_flops_per_token(cfg_); }
-  // The same for a model that is not built, N from gpt_param_estimate.
-  static double model_flops_per_token(const ModelConfig& cfg);
+  double model_flops_per_token() const { return spec_.model_flops_per_token(); }
 
  private:
-  struct Layer {
-    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcp_w, fcp_b;
-  };
+  using Layer = GptSpec::Block;
   // A block's saved tensors, x (B, T, C) being its input. The void* ones hold act_dtype
   // values, but for the attention state (in the backend's format); the LayerNorm statistics
   // are fp32. Null = not kept (rebuilt by backward).
@@ -135,25 +115,22 @@ class Gpt {
     float* ln2_mean = nullptr;  // (B, T)
     float* ln2_rstd = nullptr;  // (B, T)
   };
-  // What a block keeps until backward: everything, only its output (a full recompute
-  // rebuilds the rest from the input), or the matrix products' outputs and its output.
-  enum class Keep { all, input, selective };
-  // One void* tensor of LayerActs: its pointer, its size in bytes, and the Keep values that
-  // keep it (bit int(k)).
+  using Keep = BlockKeep;
+  // One void* tensor of LayerActs: its pointer and the spec's size and keep mask.
   struct ActSlot {
     void** ptr;
     size_t bytes;
     uint8_t kept_by;
     bool kept(Keep k) const { return (kept_by >> int(k)) & 1; }
   };
-  Keep keep(int layer) const { return keep(opt_, layer); }
-  static Keep keep(const GptOptions& opt, int layer);
+  Keep keep(int layer) const { return block_keep(opt_, layer); }
   void init_host(FlatBuffer& params, uint64_t seed) const;  // init() on host memory
-  const float* p(size_t i) const { return params_.data() + reg_.at(i).offset; }
-  float* g(size_t i) { return grads_.data() + reg_.at(i).offset; }
+  const float* p(size_t i) const { return params_.data() + registry().at(i).offset; }
+  float* g(size_t i) { return grads_.data() + registry().at(i).offset; }
+  const Layer& layer(int l) const { return spec_.block(l); }
 
   // The one list of a block's void* tensors, for the current B and T.
-  std::array<ActSlot, 9> slots(LayerActs& a) const;
+  std::array<ActSlot, kBlockTensors> slots(LayerActs& a) const;
   void* alloc_act(size_t n);  // N act_dtype values
   // Allocates the tensors policy K keeps until backward.
   void alloc_kept(LayerActs& a, Keep k);
@@ -176,15 +153,12 @@ class Gpt {
   float head_forward(const void* x);
   void head_backward(float dloss_scale);
 
-  ModelConfig cfg_;
+  GptSpec spec_;
   GptOptions opt_;
-  Registry reg_;
   FlatBuffer params_, grads_;
   OpClock op_clock_;
   std::unique_ptr<Backend> backend_;  // a TimedBackend on op_clock_
-  bool weights_stale_ = true;  // params_ changed since the last Backend::set_weights
-  size_t wte_, wpe_, lnf_w_, lnf_b_;
-  std::vector<Layer> layers_;
+  bool weights_stale_ = true;         // params_ changed since the last Backend::set_weights
 
   // State of the last forward (pointers into the caller's arena).
   Arena* arena_ = nullptr;

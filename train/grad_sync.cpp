@@ -66,17 +66,7 @@ void GradSync::setup(Gpt& model) {
     grads_ = staging_.data();
   }
   n_layers_ = model.config().n_layers;
-  // Backward order: the last block (with the final LayerNorm after it, whose gradient is
-  // done even earlier), ..., block 0, then the embeddings (wte is final only at the end).
-  const size_t total = model.registry().total_numel();
-  std::vector<std::pair<size_t, size_t>> units;
-  for (int l = n_layers_ - 1; l >= 0; --l) {
-    auto r = model.layer_range(l);
-    if (l == n_layers_ - 1) r.second = total;
-    if (l > 0) r.first = model.layer_range(l - 1).second;  // padding belongs to the block above
-    units.push_back(r);
-  }
-  units.push_back({0, n_layers_ > 0 ? model.layer_range(0).first : total});
+  const std::vector<std::pair<size_t, size_t>> units = model.spec().bucket_units();
   buckets_ = make_buckets(units, size_t(cfg_.bucket_mb * 1024 * 1024));
   std::vector<size_t> starts;
   for (const TensorInfo& t : model.registry().tensors()) starts.push_back(t.offset);

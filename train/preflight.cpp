@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/runtime.h"
 #include "core/threads.h"
-#include "models/gpt.h"
+#include "models/gpt_spec.h"
 #include "train/report.h"
 
 namespace ringstep {
@@ -29,7 +29,7 @@ MachineLimits machine_limits(Device device) {
 }
 
 MemoryEstimate memory_estimate(const Config& cfg) {
-  const double param_bytes = sizeof(float) * gpt_param_estimate(cfg.model);
+  const double param_bytes = sizeof(float) * double(GptSpec(cfg.model).registry().total_numel());
   return {param_bytes, param_bytes, 2 * param_bytes, activation_estimate_bytes(cfg)};
 }
 

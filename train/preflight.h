@@ -23,9 +23,10 @@ MachineLimits machine_limits(Device device = Device::cpu);
 // Threads above this many per core are refused: they only add contention.
 constexpr int kMaxThreadsPerCore = 4;
 
-// An upper bound of what CFG keeps in memory on one rank, part by part: fp32 parameters,
-// gradients and AdamW's two moments (4, 4 and 8 bytes per parameter, gpt_param_estimate) and
-// activation_estimate_bytes. Computed in double, so an absurd config cannot overflow it.
+// What CFG keeps in memory on one rank, part by part: fp32 parameters, gradients and AdamW's
+// two moments (4, 4 and 8 bytes per element of the model's flat buffers, models/gpt_spec.h)
+// and activation_estimate_bytes. Computed in double, so an absurd config cannot overflow it
+// (InputError from the spec for one beyond 2^53 parameters).
 struct MemoryEstimate {
   double params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_bytes = 0;
   double total_bytes() const {

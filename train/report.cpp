@@ -206,7 +206,7 @@ void compute_comm(const std::vector<StepRecord>& steady, ReportData& r) {
   if (!r.has_config) return;
   const Config& cfg = r.config;
   c.buckets = gradient_buckets(cfg.model, cfg.comm.bucket_mb);
-  c.grad_mib = 4 * gpt_param_estimate(cfg.model) / 1048576.0;
+  c.grad_mib = 4 * double(GptSpec(cfg.model).registry().total_numel()) / 1048576.0;
   c.link_gbs = cfg.comm.link.bandwidth_gbps / 8;
 }
 
@@ -261,25 +261,10 @@ void compute_onebit(const std::vector<StepRecord>& recs, ReportData& r) {
 
 }  // namespace
 
-// Korthikanti et al. 2022, sec. 4.1: a block saves sbh(34 + 5as/h) bytes in fp16 with
-// dropout. Without dropout (no masks, no dropout output) that is 2(16sbh + as^2b): the
-// values ringstep's blocks keep (models/gpt.cpp, less the LayerNorm statistics) at 4 bytes
-// each in fp32, 2 in bf16/fp16. Recomputation (sec. 5, docs/precision.md): a recomputed
-// block keeps only its input (sbh values) and rebuilds the rest, one block at a time,
-// during backward; selective keeps the matrix products' outputs (10sbh) and rebuilds the
-// LayerNorm and GELU outputs and the attention probabilities (6sbh + as^2b) per block.
 double activation_estimate_bytes(const Config& c) {
-  const double s = c.model.seq_len, b = c.train.micro_batch, h = c.model.d_model,
-               a = c.model.n_heads, L = c.model.n_layers,
-               bytes = double(dtype_size(c.precision.dtype));
-  const double block = bytes * (16 * s * b * h + a * s * s * b), input = bytes * s * b * h;
-  const RecomputePolicy policy = c.recompute.policy;
-  if (policy == RecomputePolicy::selective)
-    return L * bytes * 10 * s * b * h + bytes * (6 * s * b * h + a * s * s * b);
-  double recomputed = 0;  // blocks 0, k, 2k, ... (every_k) or all of them (full)
-  if (policy == RecomputePolicy::full) recomputed = L;
-  if (policy == RecomputePolicy::every_k) recomputed = std::ceil(L / std::max(1, c.recompute.k));
-  return (L - recomputed) * block + recomputed * input + (recomputed > 0 ? block : 0);
+  return GptSpec(c.model)
+      .activations(gpt_options(c), c.run.device, c.train.micro_batch, c.model.seq_len)
+      .peak;
 }
 
 std::vector<std::string> ReportData::fired() const {

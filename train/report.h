@@ -30,8 +30,9 @@ struct MachineInfo {
 // physical RAM (sysconf). Takes about a second.
 MachineInfo measure_machine(int threads);
 
-// Korthikanti et al. (2022)'s activation bytes of the config's blocks (no dropout), for its
-// dtype and recompute policy (docs/metrics.md); what the arena's peak is compared with.
+// The activation arena's peak for one micro-batch of the config (its dtype, recompute policy
+// and device), from the model's spec (models/gpt_spec.h): equal to the measured peak in fp32
+// on the CPU, below it by the backend's scratch otherwise.
 double activation_estimate_bytes(const Config& c);
 // Counts for people: 950 -> "950", 13110 -> "13.1k", 10.75e6 -> "10.75M".
 std::string human_count(double x);
@@ -140,9 +141,7 @@ struct ReportData {
   double max_over_median = 1;      // median over steady steps of step_ms_max / step_ms_median
 
   uint64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_peak_bytes = 0;
-  // Korthikanti et al. 2022's activations of the n_layers blocks as ringstep saves them (no
-  // dropout), for the config's dtype and recompute policy (docs/metrics.md); 0 without
-  // config.yaml.
+  // activation_estimate_bytes of the run's config; 0 without config.yaml.
   double activations_estimate_bytes = 0;
   double memory_limit_bytes = 0;  // physical RAM / world; 0 = unknown
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <vector>
 
+#include "models/gpt_spec.h"
 #include "train/preflight.h"
 #include "train/report.h"
 
@@ -13,28 +14,11 @@ namespace ringstep {
 
 std::vector<RooflineRow> roofline(const ModelConfig& model, int micro_batch, double peak_gflops,
                                   double bandwidth_gbs) {
-  const int64_t N = int64_t(micro_batch) * model.seq_len, C = model.d_model, T = model.seq_len,
-                V = model.vocab_size, L = model.n_layers, H = model.n_heads,
-                hd = C / std::max(1, model.n_heads);
-  // {name, M, K, N, runs per micro-batch forward}. Attention's two products are per
-  // (sequence, head), shown as full T x T products; the causal kernel skips the query
-  // blocks above the diagonal (core/cpu/ops_attention.cpp), which cuts FLOPs and bytes
-  // alike and moves the intensity little.
-  struct Shape {
-    const char* name;
-    int64_t m, k, n, count;
-  };
-  const Shape shapes[] = {
-      {"qkv", N, C, 3 * C, L},
-      {"attn proj", N, C, C, L},
-      {"mlp fc", N, C, 4 * C, L},
-      {"mlp proj", N, 4 * C, C, L},
-      {"lm head", N, C, V, 1},
-      {"attn QK^T", T, hd, T, int64_t(micro_batch) * H * L},
-      {"attn PV", T, T, hd, int64_t(micro_batch) * H * L},
-  };
   std::vector<RooflineRow> rows;
-  for (const Shape& s : shapes) {
+  // Attention's two products are per (sequence, head), shown as full T x T products; the
+  // causal kernel skips the query blocks above the diagonal (core/cpu/ops_attention.cpp),
+  // which cuts FLOPs and bytes alike and moves the intensity little.
+  for (const GptProduct& s : GptSpec(model).products(micro_batch)) {
     RooflineRow r;
     r.name = s.name, r.m = s.m, r.k = s.k, r.n = s.n, r.count = s.count;
     r.flops = 2.0 * double(r.m) * double(r.k) * double(r.n);

@@ -97,15 +97,7 @@ int Rules::straggler() const {
 }  // namespace
 
 int gradient_buckets(const ModelConfig& m, double bucket_mb) {
-  // GradSync::setup's units in backward order: the last block with the final LayerNorm,
-  // the other blocks, then the embeddings; each sits just below the previous one.
-  const size_t C = size_t(m.d_model), L = size_t(m.n_layers);
-  const size_t block = 12 * C * C + 13 * C, emb = size_t(m.vocab_size) * C + size_t(m.seq_len) * C;
-  std::vector<std::pair<size_t, size_t>> units;
-  for (size_t l = L; l-- > 0;)
-    units.push_back({emb + l * block, emb + (l + 1) * block + (l + 1 == L ? 2 * C : 0)});
-  units.push_back({0, emb});
-  return int(make_buckets(units, size_t(bucket_mb * 1048576.0)).size());
+  return int(make_buckets(GptSpec(m).bucket_units(), size_t(bucket_mb * 1048576.0)).size());
 }
 
 namespace {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <string>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/cpu/blas_env.h"
 #include "core/cpu/gemm16.h"
@@ -38,8 +38,8 @@ void print_loss_scale(const Config& cfg, const LossScaler& scaler) {
   std::printf("\n");
 }
 
-// The precision and recompute lines, with Korthikanti et al. (2022)'s estimate of
-// activation bytes per block (docs/metrics.md: 16·sbh + a·s²·b values without dropout).
+// The precision and recompute lines, with the activation arena the model's spec predicts
+// (models/gpt_spec.h).
 void print_precision_header(const Config& cfg, const Gpt& model, const LossScaler& scaler) {
   const GptOptions& o = model.options();
   const ModelConfig& mc = model.config();
@@ -51,9 +51,8 @@ void print_precision_header(const Config& cfg, const Gpt& model, const LossScale
                          .c_str()
                    : "");
   print_loss_scale(cfg, scaler);
-  const double B = cfg.train.micro_batch, T = mc.seq_len;
-  const double sbh = B * T * mc.d_model, as2b = double(mc.n_heads) * T * T * B;
-  const double full_layer = (16 * sbh + as2b) * double(dtype_size(o.act_dtype));
+  const ActivationBytes act =
+      model.spec().activations(o, cfg.run.device, cfg.train.micro_batch, mc.seq_len);
   int recomputed = 0;
   for (int l = 0; l < mc.n_layers; ++l) recomputed += model.layer_recomputed(l);
   std::printf("  recompute  %s", name(cfg.recompute.policy));
@@ -66,10 +65,9 @@ void print_precision_header(const Config& cfg, const Gpt& model, const LossScale
     std::printf(": %d of %d blocks keep only their input and are rebuilt in backward", recomputed,
                 mc.n_layers);
   std::printf(
-      "\n  act est.   Korthikanti et al. 2022 (no dropout): %.2f MiB per block kept whole; "
-      "%.2f MiB for the %d blocks under this policy (measured arena peak: `act` in each step "
-      "line)\n",
-      full_layer / kMiB, activation_estimate_bytes(cfg) / kMiB, mc.n_layers);
+      "\n  act est.   %.2f MiB saved by forward, %.2f MiB arena peak (models/gpt_spec.h; "
+      "measured peak: `act` in each step line)\n",
+      act.saved / kMiB, act.peak / kMiB);
 }
 
 void print_data_and_batch(const Config& cfg, const RunFacts& f) {
@@ -149,7 +147,7 @@ void print_header(const Config& cfg, const RunFacts& f, const Gpt& model,
       "(%s without position embeddings)\n",
       mc.n_layers, mc.d_model, mc.n_heads, mc.seq_len, mc.vocab_size,
       human_count(double(model.param_count())).c_str(),
-      human_count(double(model.flops_param_count())).c_str());
+      human_count(double(model.spec().flops_param_count())).c_str());
   std::printf(
       "  flops      %.3f MFLOP/token model (6N + 6LCT: causal attention counted once, "
       "N without position embeddings)\n",
@@ -326,9 +324,8 @@ void print_done(const Config& cfg, const RunSummary& s) {
                 100 * (s.peak_gflops_end / s.peak_gflops - 1));
   std::printf(")\n");
   std::printf(
-      "  activations: arena peak %.2f MiB measured; Korthikanti et al. estimate %.2f MiB for "
-      "the blocks (%s, recompute %s); the arena also holds embeddings, logits and backward's "
-      "buffers\n",
+      "  activations: arena peak %.2f MiB measured; %.2f MiB predicted by the model's spec "
+      "(%s, recompute %s)\n",
       s.activations_peak_bytes / kMiB, activation_estimate_bytes(cfg) / kMiB, name(s.precision),
       name(s.recompute));
   std::printf("  peak RSS %.1f MiB (rank 0) | loop wall time %s\n", s.peak_rss_bytes / kMiB,

@@ -15,6 +15,7 @@
 #include "core/device_clock.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/op_cost.h"
 #include "core/runtime.h"
 #include "core/threads.h"
 #include "optim/clip.h"
@@ -47,10 +48,6 @@ void clip_trace_window(const Config& cfg, RunFacts& f) {
   }
 }
 
-GptOptions model_options(const Config& cfg) {
-  return {cfg.precision.dtype, cfg.recompute.policy, cfg.recompute.k, cfg.precision.tf32};
-}
-
 // Checks the config (a caller may have changed it after loading), what depends on the
 // world size and that run.device is usable here, before anything else is built.
 const Config& checked(const Config& cfg, int world) {
@@ -59,11 +56,6 @@ const Config& checked(const Config& cfg, int world) {
   runtime(cfg.run.device, "run.device");
   return cfg;
 }
-
-// The update's cost (docs/metrics.md): the global norm reads each gradient (2 FLOPs, 4
-// bytes per parameter); AdamW reads the gradient and reads and writes the parameter and
-// both moments (about 12 FLOPs and 28 bytes).
-OpCost update_cost(size_t n_params) { return {14.0 * double(n_params), 32.0 * double(n_params)}; }
 
 // Device marks a log interval makes (Trainer::timed's phases and the step's two): data,
 // forward and backward per micro-batch, unscale + check and the update.
@@ -99,7 +91,7 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
       sync_(comm, cfg.comm),
       // Inputs first: a bad data file must fail before anything is written.
       val_data_(make_data_source(checked(cfg_, sync_.world()), "val", sync_.rank(), sync_.world())),
-      model_(cfg.model, model_options(cfg), cfg.run.device),
+      model_(cfg.model, gpt_options(cfg), cfg.run.device),
       arena_(model_.count_arena_bytes(cfg.train.micro_batch, cfg.model.seq_len), cfg.run.device),
       state_(model_.registry(), cfg, make_data_source(cfg, "train", sync_.rank(), sync_.world())),
       schedule_{cfg.train.schedule, cfg.train.lr, cfg.train.min_lr_ratio, cfg.train.warmup_steps,
@@ -289,7 +281,7 @@ double Trainer::timed_update(double lr, bool traced, bool compressed, SignExchan
   const int64_t t0 = model_.op_clock().begin();
   const double norm =
       compressed ? apply_compressed(lr, traced, exchange) : apply_update(lr, traced);
-  model_.op_clock().end(Op::optimizer, t0, update_cost(model_.param_count()));
+  model_.op_clock().end(Op::optimizer, t0, op_cost::optimizer_update(double(model_.param_count())));
   return norm;
 }
 

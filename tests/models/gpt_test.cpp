@@ -117,23 +117,6 @@ TEST(Gpt, GradientAccumulationMatchesOneLargeBatch) {
   EXPECT_LE(std::sqrt(num / den), 1e-5);
 }
 
-TEST(Gpt, EachBlockIsOneContiguousRange) {
-  Gpt m(TinyModel());
-  size_t prev_end = m.embedding_ranges()[1].second;
-  for (int l = 0; l < m.config().n_layers; ++l) {
-    auto [b, e] = m.layer_range(l);
-    EXPECT_GE(b, prev_end);
-    EXPECT_LT(b, e);
-    prev_end = e;
-  }
-  EXPECT_LE(prev_end, m.embedding_ranges()[2].first);
-  // 6N + 6LCT with N = all parameters but the position embeddings.
-  const ModelConfig mc = TinyModel();
-  const double n = double(m.param_count() - size_t(mc.seq_len) * mc.d_model);
-  EXPECT_DOUBLE_EQ(m.model_flops_per_token(),
-                   6 * n + 6.0 * mc.n_layers * mc.d_model * mc.seq_len);
-}
-
 TEST(Gpt, SameSeedSameWeights) {
   Gpt a(TinyModel()), b(TinyModel()), c(TinyModel());
   a.init(42);

@@ -20,23 +20,18 @@ std::string error_of(const Config& cfg, const MachineLimits& machine) {
   return "";
 }
 
-TEST(Preflight, ParamEstimateIsTheModelsCount) {
-  for (ModelConfig m : {ModelConfig{}, ModelConfig{96, 16, 24, 3, 2}}) {
-    EXPECT_EQ(gpt_param_estimate(m), double(Gpt(m).param_count()));
-  }
-}
-
+// Four floats per element of the model's flat buffers (what Gpt allocates), plus activations.
 TEST(Preflight, MemoryIsFourFloatsPerParameterPlusActivations) {
   Config cfg;
   EXPECT_EQ(memory_estimate_bytes(cfg),
-            16 * gpt_param_estimate(cfg.model) + activation_estimate_bytes(cfg));
+            16 * double(Gpt(cfg.model).params().size()) + activation_estimate_bytes(cfg));
 }
 
 // The parts the log header's memory line names, summing to what the preflight compares.
 TEST(Preflight, MemoryEstimateSplitsIntoParameterStateAndActivations) {
   Config cfg;
   const MemoryEstimate m = memory_estimate(cfg);
-  EXPECT_EQ(m.params_bytes, 4 * gpt_param_estimate(cfg.model));
+  EXPECT_EQ(m.params_bytes, 4 * double(Gpt(cfg.model).params().size()));
   EXPECT_EQ(m.grads_bytes, m.params_bytes);
   EXPECT_EQ(m.optimizer_bytes, 2 * m.params_bytes);
   EXPECT_EQ(m.activations_bytes, activation_estimate_bytes(cfg));

