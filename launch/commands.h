@@ -16,6 +16,21 @@ struct BenchCommand {
   int factor = 4, iters = 0, warmup = 0;
 };
 
+struct PlanCommand {
+  std::string config;                    // CONFIG to predict, or
+  std::string check_dir, calibrate_dir;  // --check RUN_DIR, --calibrate RUN_DIR
+  std::vector<std::string> overrides;
+  int ranks = 1, gpus_per_node = 0;  // 0: all ranks on one node
+  double link_gbps = 0;              // 0: the device's links
+  std::string device;                // "" = cpu
+  std::string calibration, bench, output;
+  bool json = false;
+};
+// `ringstep plan` (train/plan.h, docs/plan.md): CONFIG's step predicted on RANKS of DEVICE;
+// --calibrate RUN_DIR prints (and with OUTPUT writes) the efficiencies fitted from a run;
+// --check RUN_DIR predicts a finished run and prints the error per field.
+int run_plan(const PlanCommand& opts);
+
 void add_bench_subcommands(CLI::App& bench, BenchCommand& opts);
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides, int argc,
               char** argv);

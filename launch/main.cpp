@@ -79,6 +79,58 @@ int main(int argc, char** argv) {
       ->type_name("FILE")
       ->required();
 
+  PlanCommand plan;
+  CLI::App* plan_cmd = app.add_subcommand(
+      "plan", "Predict a config's step at any scale, fit the model to a run, or check a run");
+  CLI::Option* plan_config =
+      plan_cmd->add_option("config", plan.config, "Experiment config (YAML) to predict");
+  CLI::Option* plan_check =
+      plan_cmd->add_option("--check", plan.check_dir, "Predict this finished run and compare")
+          ->type_name("RUN_DIR");
+  CLI::Option* plan_calibrate =
+      plan_cmd
+          ->add_option("--calibrate", plan.calibrate_dir,
+                       "Fit the CPU's per-op-class efficiencies to this run's op-timed steps")
+          ->type_name("RUN_DIR");
+  plan_config->excludes(plan_check)->excludes(plan_calibrate);
+  plan_check->excludes(plan_calibrate);
+  plan_cmd->add_option("--set", plan.overrides, "Override a config key, repeatable")
+      ->type_name("KEY=VALUE")
+      ->needs(plan_config);
+  plan_cmd->add_option("--ranks", plan.ranks, "Data-parallel ranks (default 1)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1 << 24).description(""))
+      ->needs(plan_config);
+  plan_cmd->add_option("--gpus-per-node", plan.gpus_per_node, "Ranks per node (default: all)")
+      ->type_name("G")
+      ->check(CLI::Range(1, 1 << 16).description(""))
+      ->needs(plan_config);
+  plan_cmd
+      ->add_option("--link-gbps", plan.link_gbps,
+                   "The inter-node link (one node: the link) at B Gb/s per rank")
+      ->type_name("B")
+      ->check(CLI::Range(1e-6, 1e7).description(""))
+      ->needs(plan_config);
+  plan_cmd->add_option("--device", plan.device, "cpu (default), h100-sxm or h200-sxm")
+      ->type_name("NAME")
+      ->check(CLI::IsMember({"cpu", "h100-sxm", "h200-sxm"}))
+      ->needs(plan_config);
+  plan_cmd
+      ->add_option("--calibration", plan.calibration,
+                   "The CPU's efficiencies from `plan --calibrate ... --output FILE`")
+      ->type_name("FILE")
+      ->excludes(plan_calibrate);
+  plan_cmd
+      ->add_option("--bench", plan.bench,
+                   "Fit the intra-node link to `bench allreduce --json FILE` (algo ring)")
+      ->type_name("FILE")
+      ->excludes(plan_calibrate);
+  plan_cmd->add_option("--output", plan.output, "With --calibrate: also write the JSON here")
+      ->type_name("FILE")
+      ->needs(plan_calibrate);
+  plan_cmd->add_flag("--json", plan.json, "Print one JSON object");
+  plan_cmd->footer("The model, its assumptions and its validation: docs/plan.md.");
+
   BenchCommand bench;
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Micro-benchmarks, under mpirun (bench allreduce: a bandwidth table)");
@@ -118,6 +170,11 @@ int main(int argc, char** argv) {
     if (*prep_cmd) return run_prepare(prep_in, prep_out);
     if (*bench_cmd) return run_bench(bench, argc, argv);
     if (*report_cmd) return run_report(report_dir, report_json);
+    if (*plan_cmd) {
+      if (plan.config.empty() && plan.check_dir.empty() && plan.calibrate_dir.empty())
+        throw InputError("plan: give a CONFIG, --check RUN_DIR or --calibrate RUN_DIR");
+      return run_plan(plan);
+    }
     if (*export_cmd) return run_export(export_path, export_out);
     if (*trace_cmd) return run_trace(trace_dir, trace_out);
   } catch (const AlreadyReported& e) {

@@ -1,0 +1,276 @@
+// The plan's models against their formulas, computed here independently: Thakur et al.'s
+// AllReduce costs, the step as the sum of its parts, a calibration that reproduces the
+// profile it was fitted to, the FIFO overlap with backward, 1-bit Adam's volume, the link
+// fit; and `ringstep plan`'s bad inputs (exit 2) and JSON.
+#include "train/plan.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/error.h"
+#include "models/gpt_spec.h"
+#include "train/grad_sync.h"
+#include "train/step_record.h"
+
+namespace ringstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+const LinkModel kLink{1, 1, "test"};  // 1 us per message, 1 GB/s = 1e6 bytes per ms
+
+TEST(Plan, AllreduceCostsAreThakursFormulas) {
+  const double n = 8e6;  // bytes: 8 ms on the link
+  EXPECT_DOUBLE_EQ(allreduce_ms(AllreduceAlgorithm::ring, n, 8, kLink), 14e-3 + 14);
+  EXPECT_DOUBLE_EQ(allreduce_ms(AllreduceAlgorithm::recursive_doubling, n, 8, kLink),
+                   3 * (1e-3 + 8));
+  EXPECT_DOUBLE_EQ(allreduce_ms(AllreduceAlgorithm::rabenseifner, n, 8, kLink), 6e-3 + 14);
+  EXPECT_EQ(allreduce_ms(AllreduceAlgorithm::ring, n, 1, kLink), 0);
+  // 8 ranks, 4 per node: reduce-scatter and allgather of 4 on the intra link (3 messages and
+  // 3/4 n each), a 2-node ring of n/4 on the inter link.
+  const LinkModel fast{1, 10, "intra"};
+  EXPECT_DOUBLE_EQ(hierarchical_allreduce_ms(n, 8, 4, fast, kLink),
+                   2 * (3e-3 + 0.75 * n / 1e7) + (2e-3 + n / 4 / 1e6));
+}
+
+Config Tiny() {
+  Config c;
+  c.model = {256, 128, 128, 4, 4};
+  c.train.micro_batch = 8;
+  c.train.grad_accum_steps = 2;
+  return c;
+}
+
+PlanDevice Device1() {
+  PlanDevice d;
+  d.name = "cpu";
+  d.peak_gflops = 100;
+  d.mem_bandwidth_gbs = 20;
+  d.efficiency = {0.5, 0.25, 0.8, 1.0};
+  d.step_overhead_ms = 3;
+  return d;
+}
+
+// One rank: the step is the ops at their bound over their class's efficiency, plus the
+// overhead; tokens/s and MFU are throughput()'s.
+TEST(Plan, OneRankStepIsTheOpsAtTheirBoundsPlusOverhead) {
+  const Config cfg = Tiny();
+  const PlanDevice dev = Device1();
+  const Prediction p = predict(cfg, dev, PlanCluster{});
+  const OpProfile ops = GptSpec(cfg.model).step_ops(gpt_options(cfg), Device::cpu, 8, 128, 2);
+  double want = dev.step_overhead_ms;
+  for (const auto& phase : ops.stat)
+    for (size_t o = 0; o < kOpCount; ++o) {
+      const OpStat& s = phase[o];
+      if (s.calls == 0) continue;
+      want += std::max(s.flops / 1e8, s.bytes / 2e7) / dev.efficiency[size_t(op_class(Op(o)))];
+    }
+  EXPECT_NEAR(p.step_ms, want, 1e-9 * want);
+  EXPECT_EQ(p.comm_ms, 0);
+  EXPECT_DOUBLE_EQ(p.step_ms, p.compute_ms + p.optimizer_ms + p.comm_exposed_ms + p.overhead_ms);
+  const double tokens = 8 * 2 * 128;
+  EXPECT_NEAR(p.tokens_per_s, tokens / (p.step_ms / 1e3), 1e-9 * p.tokens_per_s);
+  EXPECT_NEAR(p.mfu, GptSpec(cfg.model).model_flops_per_token() * p.tokens_per_s / 1e9 / 100,
+              1e-12);
+  // Memory: fp32 parameters, gradients, two moments of the flat buffer; the spec's arena.
+  const double n = double(GptSpec(cfg.model).registry().total_numel());
+  EXPECT_EQ(p.params_bytes + p.grads_bytes + p.optimizer_bytes, 16 * n);
+  EXPECT_EQ(p.activations_bytes,
+            GptSpec(cfg.model).activations(gpt_options(cfg), Device::cpu, 8, 128).peak);
+}
+
+// Ops timed at known efficiencies per class calibrate back to those efficiencies, and the
+// calibrated device predicts the measured step.
+TEST(Plan, CalibrationReproducesTheProfileItWasFittedTo) {
+  const Config cfg = Tiny();
+  const PlanDevice truth = Device1();
+  OpProfile ops = GptSpec(cfg.model).step_ops(gpt_options(cfg), Device::cpu, 8, 128, 2);
+  double ops_ms = 0;
+  for (auto& phase : ops.stat)
+    for (size_t o = 0; o < kOpCount; ++o) {
+      OpStat& s = phase[o];
+      if (s.calls == 0) continue;
+      s.ms = std::max(s.flops / 1e8, s.bytes / 2e7) / truth.efficiency[size_t(op_class(Op(o)))];
+      ops_ms += s.ms;
+    }
+  const PlanDevice fit = calibrate(ops, 100, 20, ops_ms + 3, 0, "synthetic");
+  for (size_t c = 0; c < kOpClassCount; ++c)
+    EXPECT_NEAR(fit.efficiency[c], truth.efficiency[c], 1e-12) << c;
+  EXPECT_NEAR(fit.step_overhead_ms, 3, 1e-9);
+  EXPECT_NEAR(predict(cfg, fit, PlanCluster{}).step_ms, ops_ms + 3, 1e-9 * ops_ms);
+}
+
+PlanCluster TwoRanks(double gbps) {
+  PlanCluster c;
+  c.ranks = c.per_node = 2;
+  c.intra = c.inter = emulated_link(gbps, 0, {0, 0, ""});
+  c.fixed_algorithm = true;
+  return c;
+}
+
+// Overlap off: every bucket waits for backward's end, so all communication is exposed. On,
+// with one bucket per block on a fast link, backward hides all but the embeddings' bucket.
+TEST(Plan, ExposedCommIsWhatBackwardCannotHide) {
+  Config cfg = Tiny();
+  const GptSpec spec(cfg.model);
+  cfg.comm.bucket_mb =
+      4.0 * double(spec.layer_range(1).second - spec.layer_range(0).second) / 1048576.0 * 0.99;
+  cfg.comm.overlap = false;
+  const Prediction off = predict(cfg, Device1(), TwoRanks(1000));
+  EXPECT_EQ(off.buckets, cfg.model.n_layers + 1);
+  EXPECT_NEAR(off.comm_exposed_ms, off.comm_ms, 1e-12);
+  cfg.comm.overlap = true;
+  const Prediction on = predict(cfg, Device1(), TwoRanks(1000));
+  EXPECT_NEAR(on.comm_ms, off.comm_ms, 1e-12);
+  // The last bucket (the embeddings, done as backward ends) is the exposed one.
+  const auto units = spec.bucket_units();
+  const double emb_bytes = 4.0 * double(units.back().second - units.back().first);
+  EXPECT_NEAR(on.comm_exposed_ms,
+              allreduce_ms(AllreduceAlgorithm::ring, emb_bytes, 2, TwoRanks(1000).intra), 1e-9);
+  EXPECT_LT(on.step_ms, off.step_ms);
+  // A 1000x slower link: nothing can hide it, the exposed part grows with it.
+  EXPECT_GT(predict(cfg, Device1(), TwoRanks(1)).comm_exposed_ms, 100 * on.comm_exposed_ms);
+}
+
+// 1-bit Adam sends one bit per element plus a scale per tensor in each bucket: about 1/32
+// of fp32's volume.
+TEST(Plan, OneBitAdamSendsAboutAThirtySecondOfTheVolume) {
+  Config cfg = Tiny();
+  const Prediction adamw = predict(cfg, Device1(), TwoRanks(1));
+  cfg.optimizer.name = OptimizerKind::onebit_adam;
+  const Prediction onebit = predict(cfg, Device1(), TwoRanks(1));
+  const GptSpec spec(cfg.model);
+  const double n = double(spec.registry().total_numel());
+  EXPECT_NEAR(adamw.sent_bytes, 4 * n, 1e-9 * n);  // 2(p-1)/p = 1 for two ranks
+  double scales = 0;
+  for (const Bucket& k : [&] {
+         auto b = make_buckets(spec.bucket_units(), size_t(cfg.comm.bucket_mb * 1048576.0));
+         cut_at_tensors(b, [&] {
+           std::vector<size_t> s;
+           for (const TensorInfo& t : spec.registry().tensors()) s.push_back(t.offset);
+           return s;
+         }());
+         return b;
+       }())
+    scales += 4.0 * double(k.tensor_ends.size());
+  EXPECT_NEAR(onebit.sent_bytes, n / 8 + scales, 1e-9 * n);
+  EXPECT_LT(onebit.comm_ms, adamw.comm_ms / 20);
+  EXPECT_GT(onebit.optimizer_bytes, adamw.optimizer_bytes);  // the two error buffers
+}
+
+TEST(Plan, FitLinkRecoversAlphaAndBusbw) {
+  const fs::path f = fs::temp_directory_path() / ("plan_bench_" + std::to_string(getpid()));
+  {
+    std::ofstream out(f);
+    out.precision(17);
+    // 4 ranks, alpha 3 us, busbw 5 GB/s; one small row that the fit must skip.
+    for (double bytes : {1024.0, 65536.0, 1048576.0, 16777216.0}) {
+      const double t = 6 * 3 + bytes * 1.5 / 5e3;  // us
+      out << R"({"algo":"ring","dtype":"fp32","ranks":4,"bytes":)" << bytes
+          << R"(,"count":1,"time_us":)" << (bytes <= 16384 ? 1e6 : t)
+          << R"(,"algbw_gbs":0,"busbw_gbs":0,"wrong":0})"
+          << "\n";
+    }
+  }
+  const LinkModel l = fit_link(f.string(), "ring");
+  EXPECT_NEAR(l.alpha_us, 3, 1e-6);
+  EXPECT_NEAR(l.busbw_gbs, 5, 1e-9);
+  EXPECT_THROW(fit_link(f.string(), "native"), InputError);
+  { std::ofstream(f) << "not json\n"; }
+  EXPECT_THROW(fit_link(f.string(), "ring"), InputError);
+  fs::remove(f);
+  EXPECT_THROW(fit_link(f.string(), "ring"), InputError);
+}
+
+TEST(Plan, TablesRefuseUnknownNames) {
+  EXPECT_EQ(table_device("h100-sxm", DType::bf16).peak_gflops, 989e3);
+  EXPECT_EQ(table_device("h200-sxm", DType::bf16).mem_bandwidth_gbs, 4800);
+  EXPECT_THROW(table_device("a100", DType::bf16), InputError);
+  EXPECT_THROW(table_link("ethernet"), InputError);
+  EXPECT_THROW(cpu_calibration_from_json(nlohmann::json::object(), "x.json"), InputError);
+  nlohmann::json j = to_json(default_cpu_calibration());
+  EXPECT_EQ(cpu_calibration_from_json(j, "x.json").efficiency,
+            default_cpu_calibration().efficiency);
+  j["efficiency"]["matmul"] = -1;
+  EXPECT_THROW(cpu_calibration_from_json(j, "x.json"), InputError);
+}
+
+// One rank of 2 threads on 2 cores gets both cores and the node's bandwidth; two ranks of
+// one thread one core and half the bandwidth each; four oversubscribed ranks half a core.
+TEST(Plan, CpuDeviceSharesTheNodeAmongItsRanks) {
+  CpuCalibration c = default_cpu_calibration();
+  c.cores = 2, c.peak_gflops_per_core_fp32 = 100, c.peak_gflops_per_core_bf16 = 300;
+  c.node_bandwidth_gbs = 40;
+  EXPECT_EQ(cpu_device(c, DType::f32, 2, 1).peak_gflops, 200);
+  EXPECT_EQ(cpu_device(c, DType::bf16, 1, 2).peak_gflops, 300);
+  EXPECT_EQ(cpu_device(c, DType::f32, 1, 2).mem_bandwidth_gbs, 20);
+  EXPECT_EQ(cpu_device(c, DType::f32, 1, 4).peak_gflops, 50);
+}
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+Result RunPlan(const std::string& args) {
+  const std::string cmd = std::string(RINGSTEP_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string TinyYaml() { return std::string(RINGSTEP_SOURCE_DIR) + "/configs/tiny.yaml"; }
+
+TEST(PlanCli, BadInputsExitWithCodeTwo) {
+  const std::string tiny = TinyYaml();
+  for (const auto& [args, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"plan", "give a CONFIG"},
+           {"plan /no/such.yaml", "such.yaml"},
+           {"plan " + tiny + " --ranks 0", "--ranks"},
+           {"plan " + tiny + " --ranks x", "--ranks"},
+           {"plan " + tiny + " --gpus-per-node 0", "--gpus-per-node"},
+           {"plan " + tiny + " --link-gbps -1", "--link-gbps"},
+           {"plan " + tiny + " --device tpu", "--device"},
+           {"plan " + tiny + " --set model.n_heads=3", "n_heads"},
+           {"plan " + tiny + " --ranks 3 --set train.global_batch=16", "global_batch"},
+           {"plan " + tiny + " --check /tmp", "--check"},
+           {"plan --check /no/such/run", "not found"},
+           {"plan --calibrate /no/such/run", "not found"},
+           {"plan " + tiny + " --calibration /no/such.json", "such.json"},
+           {"plan " + tiny + " --bench /no/such.jsonl", "such.jsonl"},
+           {"plan --check /tmp --output x.json", "--output"},
+       }) {
+    const Result r = RunPlan(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(fragment), std::string::npos) << args << "\n" << r.output;
+  }
+}
+
+TEST(PlanCli, JsonHasTheStepAndItsParts) {
+  const Result r =
+      RunPlan("plan " + TinyYaml() + " --device h100-sxm --ranks 64 --gpus-per-node 8 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  for (const char* key : {"step_ms", "compute_ms", "comm_exposed_ms", "tokens_per_s", "mfu"})
+    EXPECT_TRUE(j.contains(key) && j[key].is_number()) << key;
+  EXPECT_NEAR(j["step_ms"].get<double>(),
+              j["compute_ms"].get<double>() + j["optimizer_ms"].get<double>() +
+                  j["comm_exposed_ms"].get<double>() + j["overhead_ms"].get<double>(),
+              1e-9);
+  EXPECT_EQ(j["ranks"], 64);
+  EXPECT_FALSE(j["knobs"].empty());
+}
+
+}  // namespace
+}  // namespace ringstep

@@ -1,0 +1,352 @@
+#include "train/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "models/gpt_spec.h"
+#include "train/grad_sync.h"
+#include "train/step_record.h"
+
+namespace ringstep {
+namespace {
+
+// Messages at or below this size take recursive doubling in ringstep's ring
+// (RingOptions::small_bytes, comm/ring_allreduce.h).
+constexpr double kRingSmallBytes = 16 << 10;
+
+// The bookkeeping collectives of a step (GradSync: agree's gather, the loss scaler's
+// any_rank, the loss mean): small, latency-bound.
+constexpr int kBookkeepingCollectives = 3;
+
+// This host's MPI over shared memory, 2 ranks (docs/plan.md: `bench allreduce`, 64 KiB to
+// 4 MiB rows; larger buffers under load fell far below this).
+constexpr double kShmAlphaUs = 2, kShmBusbwGbs = 8;
+
+double log2_ranks(int p) { return std::ceil(std::log2(double(p))); }
+
+// Bytes per element one rank moves through memory to compress and decompress 1-bit Adam's
+// momentum (optim/onebit_adam.h, comm/sign_allreduce.h): the worker reads the momentum and
+// its error and writes the error back and the signs; the server does the same on its chunk;
+// every rank writes the decoded result.
+constexpr double kOneBitCodecBytesPerElem = 4 * (3 + 3 + 1);
+
+double bound_ms(const OpStat& s, double peak_gflops, double bandwidth_gbs) {
+  const double compute = peak_gflops > 0 ? s.flops / (peak_gflops * 1e6) : 0;
+  const double memory = bandwidth_gbs > 0 ? s.bytes / (bandwidth_gbs * 1e6) : 0;
+  return std::max(compute, memory);
+}
+
+// The link a flat algorithm over the whole cluster is limited by.
+const LinkModel& flat_link(const PlanCluster& c) {
+  return c.ranks > c.per_node && c.per_node >= 1 ? c.inter : c.intra;
+}
+
+struct Exchange {
+  double ms = 0;
+  AllreduceAlgorithm algo = AllreduceAlgorithm::ring;
+};
+
+// One bucket's AllReduce: the run's algorithm, or the fastest the model knows.
+Exchange bucket_allreduce(double bytes, const PlanCluster& c) {
+  const LinkModel& link = flat_link(c);
+  if (c.fixed_algorithm) {
+    // ringstep's ring sends small messages by recursive doubling.
+    const AllreduceAlgorithm a = c.algorithm == AllreduceAlgorithm::ring && bytes <= kRingSmallBytes
+                                     ? AllreduceAlgorithm::recursive_doubling
+                                     : c.algorithm;
+    if (a == AllreduceAlgorithm::hierarchical)
+      return {hierarchical_allreduce_ms(bytes, c.ranks, c.per_node, c.intra, c.inter), a};
+    return {allreduce_ms(a, bytes, c.ranks, link), a};
+  }
+  Exchange best{allreduce_ms(AllreduceAlgorithm::ring, bytes, c.ranks, link),
+                AllreduceAlgorithm::ring};
+  for (AllreduceAlgorithm a :
+       {AllreduceAlgorithm::recursive_doubling, AllreduceAlgorithm::rabenseifner}) {
+    const double ms = allreduce_ms(a, bytes, c.ranks, link);
+    if (ms < best.ms) best = {ms, a};
+  }
+  if (c.ranks > c.per_node && c.per_node > 1) {
+    const double ms = hierarchical_allreduce_ms(bytes, c.ranks, c.per_node, c.intra, c.inter);
+    if (ms < best.ms) best = {ms, AllreduceAlgorithm::hierarchical};
+  }
+  return best;
+}
+
+// 1-bit Adam's exchange of N elements (comm/sign_allreduce.h): an all-to-all of each rank's
+// signs, then an allgather of the server's, p - 1 messages each, 1 bit per element plus
+// fp32 scales (one per tensor the chunk touches).
+double sign_exchange_ms(double n, double segments, const PlanCluster& c) {
+  const int p = c.ranks;
+  const LinkModel& link = flat_link(c);
+  const double bytes = n / 8 + 4 * segments;
+  return 2 * (p - 1) * link.alpha_us / 1e3 + 2.0 * (p - 1) / p * bytes / (link.busbw_gbs * 1e6);
+}
+
+// The engine runs the buckets in order, each once it is ready (backward has finished its
+// units) and the previous one is done; returns when the last ends.
+double fifo_end(const std::vector<double>& ready, const std::vector<double>& ms) {
+  double t = 0;
+  for (size_t b = 0; b < ms.size(); ++b) t = std::max(t, ready[b]) + ms[b];
+  return t;
+}
+
+}  // namespace
+
+OpClass op_class(Op op) {
+  switch (op) {
+    case Op::qkv:
+    case Op::attn_proj:
+    case Op::mlp_fc:
+    case Op::mlp_proj:
+    case Op::lm_head:
+      return OpClass::matmul;
+    case Op::attention:
+      return OpClass::attention;
+    case Op::optimizer:
+      return OpClass::optimizer;
+    default:
+      return OpClass::elementwise;
+  }
+}
+
+double allreduce_ms(AllreduceAlgorithm algo, double bytes, int ranks, const LinkModel& link) {
+  if (ranks <= 1) return 0;
+  const double p = ranks, a = link.alpha_us / 1e3, b = 1 / (link.busbw_gbs * 1e6);  // ms, ms/B
+  switch (algo) {
+    case AllreduceAlgorithm::recursive_doubling:
+      return log2_ranks(ranks) * (a + bytes * b);
+    case AllreduceAlgorithm::rabenseifner:
+      return 2 * log2_ranks(ranks) * a + 2 * (p - 1) / p * bytes * b;
+    case AllreduceAlgorithm::ring:
+    case AllreduceAlgorithm::hierarchical:
+      break;
+  }
+  return 2 * (p - 1) * a + 2 * (p - 1) / p * bytes * b;
+}
+
+double hierarchical_allreduce_ms(double bytes, int ranks, int per_node, const LinkModel& intra,
+                                 const LinkModel& inter) {
+  const int g = std::max(1, std::min(per_node, ranks)), nodes = (ranks + g - 1) / g;
+  // A reduce-scatter or an allgather is half a ring AllReduce.
+  const double intra_half = allreduce_ms(AllreduceAlgorithm::ring, bytes, g, intra) / 2;
+  return 2 * intra_half + allreduce_ms(AllreduceAlgorithm::ring, bytes / g, nodes, inter);
+}
+
+Prediction predict(const Config& cfg, const PlanDevice& dev, const PlanCluster& cluster) {
+  const GptSpec spec(cfg.model);
+  const GptOptions opt = gpt_options(cfg);
+  const Device kind = dev.name == "cpu" ? Device::cpu : Device::cuda;
+  const int B = cfg.train.micro_batch, T = cfg.model.seq_len, A = cfg.train.grad_accum_steps;
+  const int p = std::max(1, cluster.ranks);
+  const OpProfile ops = spec.step_ops(opt, kind, B, T, A);
+  Prediction r;
+  auto op_ms = [&](OpPhase phase, Op op) {
+    const OpStat& s = ops.at(phase, op);
+    if (s.calls == 0) return 0.0;
+    return bound_ms(s, dev.peak_gflops, dev.mem_bandwidth_gbs) /
+           std::max(1e-6, dev.efficiency[size_t(op_class(op))]);
+  };
+  for (const auto& [op, op_name] : enum_names(Op{})) {
+    r.forward_ms += op_ms(OpPhase::forward, op);
+    r.backward_ms += op_ms(OpPhase::backward, op);
+    r.optimizer_ms += op_ms(OpPhase::optimizer, op);
+  }
+  r.compute_ms = r.forward_ms + r.backward_ms;
+
+  // The last micro-batch's backward: the head, then block L-1 ... 0, then the embeddings;
+  // unit u (block L-1-u) is done after the head and u + 1 blocks (models/gpt_spec.h).
+  const double bwd = r.backward_ms / A;
+  const double head =
+      (op_ms(OpPhase::backward, Op::lm_head) + op_ms(OpPhase::backward, Op::softmax_xent)) / A;
+  const double emb = op_ms(OpPhase::backward, Op::embedding) / A;
+  const int L = cfg.model.n_layers;
+  const double block = L > 0 ? std::max(0.0, bwd - head - emb) / L : 0;
+  auto unit_done = [&](int u) { return u < L ? head + (u + 1) * block : bwd; };
+
+  std::vector<Bucket> buckets =
+      make_buckets(spec.bucket_units(), size_t(cfg.comm.bucket_mb * 1048576.0));
+  std::vector<size_t> starts;  // 1-bit Adam's scales are per tensor in each bucket
+  for (const TensorInfo& t : spec.registry().tensors()) starts.push_back(t.offset);
+  cut_at_tensors(buckets, starts);
+  r.buckets = int(buckets.size());
+  const bool onebit = cfg.optimizer.name == OptimizerKind::onebit_adam;
+  if (p > 1) {
+    std::vector<double> ready, ms;
+    for (const Bucket& k : buckets) {
+      const double n = double(k.end - k.begin);
+      const bool under_backward = onebit ? cfg.optimizer.onebit.overlap : cfg.comm.overlap;
+      ready.push_back(under_backward ? unit_done(k.last_unit) : bwd);
+      if (onebit) {
+        ms.push_back(sign_exchange_ms(n, double(k.tensor_ends.size()), cluster));
+        r.sent_bytes += 2.0 * (p - 1) / p * (n / 8 + 4 * double(k.tensor_ends.size()));
+      } else {
+        const Exchange e = bucket_allreduce(4 * n, cluster);
+        ms.push_back(e.ms);
+        r.algorithm = e.algo;
+        r.sent_bytes += 2.0 * (p - 1) / p * 4 * n;
+      }
+    }
+    for (double m : ms) r.comm_ms += m;
+    r.comm_exposed_ms = std::max(0.0, fifo_end(ready, ms) - bwd);
+    r.overhead_ms += kBookkeepingCollectives * allreduce_ms(AllreduceAlgorithm::recursive_doubling,
+                                                            64, p, flat_link(cluster));
+  }
+  const double n = double(spec.registry().total_numel());
+  if (onebit)  // compression and decompression, on the training thread
+    r.optimizer_ms += n * kOneBitCodecBytesPerElem / (dev.mem_bandwidth_gbs * 1e6) /
+                      std::max(1e-6, dev.efficiency[size_t(OpClass::elementwise)]);
+  r.overhead_ms += dev.step_overhead_ms;
+  r.step_ms = r.compute_ms + r.optimizer_ms + r.comm_exposed_ms + r.overhead_ms;
+  const double tokens = double(B) * A * p * T;
+  const Throughput t =
+      throughput(tokens, r.step_ms, spec.model_flops_per_token(), p, dev.peak_gflops);
+  r.tokens_per_s = t.tokens_per_s;
+  r.mfu = t.mfu;
+
+  r.params_bytes = 4 * n;
+  r.grads_bytes = 4 * n;
+  r.optimizer_bytes = 8 * n + (onebit ? 8 * n : 0);  // AdamW's moments; 1-bit's two errors
+  r.activations_bytes = spec.activations(opt, kind, B, T).peak;
+  return r;
+}
+
+std::vector<Knob> knobs(const Config& cfg, const PlanDevice& device, const PlanCluster& cluster) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> turns;
+  const int mb = cfg.train.micro_batch, acc = cfg.train.grad_accum_steps;
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  if (acc % 2 == 0)
+    turns.push_back(
+        {"micro-batch x2, accumulation /2",
+         {"train.micro_batch=" + num(2 * mb), "train.grad_accum_steps=" + num(acc / 2)}});
+  if (mb % 2 == 0)
+    turns.push_back(
+        {"micro-batch /2, accumulation x2",
+         {"train.micro_batch=" + num(mb / 2), "train.grad_accum_steps=" + num(2 * acc)}});
+  if (cluster.ranks > 1) {
+    turns.push_back({"buckets /4", {"comm.bucket_mb=" + num(cfg.comm.bucket_mb / 4)}});
+    turns.push_back({"buckets x4", {"comm.bucket_mb=" + num(cfg.comm.bucket_mb * 4)}});
+    if (!cfg.comm.overlap) turns.push_back({"overlap on", {"comm.overlap=true"}});
+    turns.push_back(
+        cfg.optimizer.name == OptimizerKind::adamw
+            ? std::pair<std::string, std::vector<std::string>>{"1-bit Adam (compressed stage)",
+                                                               {"optimizer.name=onebit_adam"}}
+            : std::pair<std::string, std::vector<std::string>>{"AdamW", {"optimizer.name=adamw"}});
+  }
+  for (const auto& [policy, policy_name] : enum_names(RecomputePolicy{}))
+    if (policy != cfg.recompute.policy && policy != RecomputePolicy::every_k)
+      turns.push_back({std::string("recompute ") + policy_name,
+                       {std::string("recompute.policy=") + policy_name}});
+
+  std::vector<Knob> out;
+  for (const auto& [what, sets] : turns) {
+    Config c = cfg;
+    for (const std::string& s : sets) {
+      const std::string key = s.substr(0, s.find('=')), v = s.substr(s.find('=') + 1);
+      if (key == "train.micro_batch") c.train.micro_batch = std::stoi(v);
+      if (key == "train.grad_accum_steps") c.train.grad_accum_steps = std::stoi(v);
+      if (key == "comm.bucket_mb") c.comm.bucket_mb = std::stod(v);
+      if (key == "comm.overlap") c.comm.overlap = true;
+      if (key == "optimizer.name")
+        c.optimizer.name = v == "adamw" ? OptimizerKind::adamw : OptimizerKind::onebit_adam;
+      if (key == "recompute.policy")
+        for (const auto& [policy, policy_name] : enum_names(RecomputePolicy{}))
+          if (v == policy_name) c.recompute.policy = policy;
+    }
+    Knob k{what, sets, predict(c, device, cluster), true};
+    k.fits = device.memory_bytes <= 0 || k.prediction.memory_bytes() <= device.memory_bytes;
+    out.push_back(std::move(k));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Knob& a, const Knob& b) {
+    return a.prediction.step_ms < b.prediction.step_ms;
+  });
+  return out;
+}
+
+PlanDevice calibrate(const OpProfile& ops, double peak_gflops, double bandwidth_gbs, double step_ms,
+                     double exposed_ms, std::string source) {
+  std::array<double, kOpClassCount> bound{}, measured{};
+  double ops_ms = 0;
+  for (const auto& [phase, phase_name] : enum_names(OpPhase{}))
+    for (const auto& [op, op_name] : enum_names(Op{})) {
+      const OpStat& s = ops.at(phase, op);
+      if (s.calls == 0) continue;
+      bound[size_t(op_class(op))] += bound_ms(s, peak_gflops, bandwidth_gbs);
+      measured[size_t(op_class(op))] += s.ms;
+      ops_ms += s.ms;
+    }
+  PlanDevice d;
+  d.name = "cpu";
+  d.peak_gflops = peak_gflops;
+  d.mem_bandwidth_gbs = bandwidth_gbs;
+  for (size_t c = 0; c < kOpClassCount; ++c)
+    d.efficiency[c] = measured[c] > 0 ? bound[c] / measured[c] : 1;
+  d.step_overhead_ms = std::max(0.0, step_ms - ops_ms - exposed_ms);
+  d.source = std::move(source);
+  return d;
+}
+
+PlanDevice table_device(const std::string& name, DType dtype) {
+  // Dense datasheet peaks (NVIDIA H100 and H200 datasheets): bf16/fp16 989 TFLOP/s, fp32
+  // 67 TFLOP/s on the CUDA cores; HBM3 3.35 TB/s (H100 SXM, 80 GB) and HBM3e 4.8 TB/s (H200
+  // SXM, 141 GB). Efficiencies: docs/plan.md, "Assumptions".
+  const double peak = dtype == DType::f32 ? 67e3 : 989e3;
+  const std::array<double, kOpClassCount> eff = {0.60, 0.35, 0.70, 0.70};
+  if (name == "h100-sxm")
+    return {name, peak, 3350, 80e9, eff, 0, "NVIDIA H100 SXM datasheet; efficiencies assumed"};
+  if (name == "h200-sxm")
+    return {name, peak, 4800, 141e9, eff, 0, "NVIDIA H200 SXM datasheet; efficiencies assumed"};
+  throw InputError("--device '" + name + "': expected cpu, h100-sxm or h200-sxm");
+}
+
+LinkModel table_link(const std::string& name) {
+  if (name == "nvlink4") return {2, 370, "NVLink 4, ring busbw on 8 H100 (about 370 GB/s)"};
+  if (name == "nvlink4-h200") return {2, 475, "NVLink 4, nccl-tests busbw on 8 H200 (475 GB/s)"};
+  if (name == "ndr") return {5, 48, "InfiniBand NDR 400 Gb/s, about 48 GB/s per NIC"};
+  if (name == "shm")
+    return {kShmAlphaUs, kShmBusbwGbs, "MPI shared memory on this host (bench allreduce fit)"};
+  throw InputError("link '" + name + "': expected nvlink4, nvlink4-h200, ndr or shm");
+}
+
+LinkModel emulated_link(double gbps, double latency_us, const LinkModel& base) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "emulated link %g Gb/s, %g us (comm.link)", gbps, latency_us);
+  return {base.alpha_us + latency_us, gbps / 8, buf};
+}
+
+LinkModel fit_link(const std::string& path, const std::string& algo) {
+  std::ifstream in(path);
+  if (!in) throw InputError("bench file '" + path + "' cannot be read");
+  // time_us = m alpha + x / busbw, x = S 2(p-1)/p, m = 2(p-1): least squares on (x, time).
+  double sx = 0, sy = 0, sxx = 0, sxy = 0, n = 0, messages = 0;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("algo") || !j.contains("bytes") ||
+        !j.contains("ranks") || !j.contains("time_us"))
+      throw InputError(path + ":" + std::to_string(lineno) +
+                       ": not a `bench allreduce --json` row (algo, ranks, bytes, time_us)");
+    if (j["algo"] != algo || double(j["bytes"]) <= kRingSmallBytes) continue;
+    const double p = j["ranks"], x = double(j["bytes"]) * 2 * (p - 1) / p, y = j["time_us"];
+    messages = 2 * (p - 1);
+    sx += x, sy += y, sxx += x * x, sxy += x * y, n += 1;
+  }
+  const double det = n * sxx - sx * sx;
+  if (n < 2 || det <= 0 || messages <= 0)
+    throw InputError("bench file '" + path + "': fewer than 2 rows of algo " + algo +
+                     " above 16 KiB on more than one rank");
+  const double slope = (n * sxy - sx * sy) / det, icept = (sy - slope * sx) / n;
+  if (slope <= 0) throw InputError("bench file '" + path + "': time does not grow with size");
+  return {std::max(0.0, icept / messages), 1e-3 / slope, "fitted to " + path};
+}
+
+}  // namespace ringstep

@@ -1,0 +1,181 @@
+// `ringstep plan`: a training step predicted before it runs (docs/plan.md). Compute from the
+// model's spec (models/gpt_spec.h): each op's time is max(FLOPs / peak, bytes / bandwidth)
+// divided by an efficiency of its op class, fitted from a run's op-timed steps
+// (calibrate()). Communication from an alpha-beta model of the AllReduce (Thakur,
+// Rabenseifner & Gropp 2005), bucket by bucket with the engine's FIFO overlap against
+// backward, hierarchical (intra-node then inter-node) on multi-node shapes, and 1-bit Adam's
+// compressed exchange. Memory per rank from the spec. Pure functions: nothing is allocated,
+// run or read but what the caller passes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/enum_names.h"
+#include "core/op_profile.h"
+
+namespace ringstep {
+
+// Ops grouped by what bounds them and how well their kernels reach the bound.
+enum class OpClass : uint8_t { matmul, attention, elementwise, optimizer };
+constexpr auto enum_names(OpClass) {
+  return std::to_array<EnumName<OpClass>>({{OpClass::matmul, "matmul"},
+                                           {OpClass::attention, "attention"},
+                                           {OpClass::elementwise, "elementwise"},
+                                           {OpClass::optimizer, "optimizer"}});
+}
+inline constexpr size_t kOpClassCount = enum_names(OpClass{}).size();
+OpClass op_class(Op op);
+
+// One accelerator (or this CPU) as the compute model sees it, per rank.
+struct PlanDevice {
+  std::string name;
+  double peak_gflops = 0;        // dense, of the config's product dtype, per rank
+  double mem_bandwidth_gbs = 0;  // per rank
+  double memory_bytes = 0;       // per rank
+  // Achieved / bound time per op class (1 = at the roofline).
+  std::array<double, kOpClassCount> efficiency{};
+  double step_overhead_ms = 0;  // per step, outside the ops (data, bookkeeping)
+  std::string source;           // where the numbers come from
+};
+
+// A link as the alpha-beta model sees it: ALPHA per message, BUSBW_GBS the rate a rank's
+// link carries (nccl-tests' busbw).
+struct LinkModel {
+  double alpha_us = 0;
+  double busbw_gbs = 0;
+  std::string source;
+};
+
+enum class AllreduceAlgorithm : uint8_t { ring, recursive_doubling, rabenseifner, hierarchical };
+constexpr auto enum_names(AllreduceAlgorithm) {
+  return std::to_array<EnumName<AllreduceAlgorithm>>(
+      {{AllreduceAlgorithm::ring, "ring"},
+       {AllreduceAlgorithm::recursive_doubling, "recursive_doubling"},
+       {AllreduceAlgorithm::rabenseifner, "rabenseifner"},
+       {AllreduceAlgorithm::hierarchical, "hierarchical"}});
+}
+
+// Milliseconds of one AllReduce of BYTES over RANKS on LINK (Thakur et al. 2005, sec. 4):
+// ring 2(p-1) a + 2 (p-1)/p n b; recursive doubling log2(p) (a + n b); Rabenseifner
+// (reduce-scatter by halving, allgather by doubling) 2 log2(p) a + 2 (p-1)/p n b.
+// 0 for one rank.
+double allreduce_ms(AllreduceAlgorithm algo, double bytes, int ranks, const LinkModel& link);
+// Intra-node reduce-scatter over G ranks, AllReduce of each rank's 1/G over the nodes (each
+// rank on its own NIC), intra-node allgather.
+double hierarchical_allreduce_ms(double bytes, int ranks, int per_node, const LinkModel& intra,
+                                 const LinkModel& inter);
+
+// Where the ranks run.
+struct PlanCluster {
+  int ranks = 1;
+  int per_node = 1;  // ranks sharing the intra-node link
+  LinkModel intra, inter;
+  // The algorithm the run uses; absent, the fastest of the model's for each bucket.
+  bool fixed_algorithm = false;
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::ring;
+};
+
+// The predicted step, per rank, in milliseconds.
+struct Prediction {
+  double compute_ms = 0;  // forward + backward of every micro-batch (recompute included)
+  double forward_ms = 0, backward_ms = 0;
+  double optimizer_ms = 0;     // the update (and 1-bit Adam's compression)
+  double comm_ms = 0;          // the gradient exchange in flight
+  double comm_exposed_ms = 0;  // the part backward does not hide
+  double overhead_ms = 0;
+  double step_ms = 0;
+  double tokens_per_s = 0, mfu = 0;
+  int buckets = 0;
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::ring;
+  double sent_bytes = 0;  // per rank per step
+  // Memory per rank, bytes.
+  double params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_bytes = 0;
+  double memory_bytes() const {
+    return params_bytes + grads_bytes + optimizer_bytes + activations_bytes;
+  }
+};
+
+// The step of CFG (its model, batch, precision, recompute, comm and optimizer) on DEVICE and
+// CLUSTER. With optimizer onebit_adam, the compressed stage's step.
+Prediction predict(const Config& cfg, const PlanDevice& device, const PlanCluster& cluster);
+
+// One knob turned: the --set that turns it and the step it predicts.
+struct Knob {
+  std::string what;
+  std::vector<std::string> sets;
+  Prediction prediction;
+  bool fits = true;  // its memory fits the device's
+};
+// Micro-batch, accumulation, bucket size, recompute and 1-bit Adam, each turned once,
+// ordered by how much they change the step (largest gain first).
+std::vector<Knob> knobs(const Config& cfg, const PlanDevice& device, const PlanCluster& cluster);
+
+// The efficiencies and per-step overhead that make the compute model reproduce a measured
+// run: for each op class, the sum of the ops' bound times (at PEAK_GFLOPS and
+// BANDWIDTH_GBS) over their measured time, from OPS (a step's averaged ops); the overhead is
+// STEP_MS less the ops and the exposed communication EXPOSED_MS.
+PlanDevice calibrate(const OpProfile& ops, double peak_gflops, double bandwidth_gbs, double step_ms,
+                     double exposed_ms, std::string source);
+
+// The table of devices (docs/plan.md names each figure's source): h100-sxm, h200-sxm
+// (cpu comes from calibrate()). InputError naming the known ones for another NAME.
+PlanDevice table_device(const std::string& name, DType dtype);
+// Links: nvlink4 (about 370 GB/s busbw on 8 GPUs), nvlink4-h200 (475 GB/s, nccl-tests),
+// ndr (InfiniBand NDR, about 48 GB/s per NIC), and shm (this host's MPI shared memory, fitted
+// from `ringstep bench allreduce` here). InputError for another NAME.
+LinkModel table_link(const std::string& name);
+// A link emulated at GBPS gigabits per second with LATENCY_US (comm.link), over BASE.
+LinkModel emulated_link(double gbps, double latency_us, const LinkModel& base);
+// Alpha and busbw fitted by least squares to `bench allreduce --json` rows (JSON Lines) of
+// ALGO: time = 2(p-1) alpha + S 2(p-1)/p / busbw. InputError for a file without such rows.
+LinkModel fit_link(const std::string& bench_json_path, const std::string& algo);
+
+// This CPU as calibrated: its cores' peak per product dtype and the node's memory bandwidth
+// (measured once, at calibration, on an idle moment), and the efficiencies and per-step
+// overhead fitted to one run. Fixed numbers, so that a prediction does not inherit the noise
+// of a shared host's start-of-run peak.
+struct CpuCalibration {
+  double peak_gflops_per_core_fp32 = 0, peak_gflops_per_core_bf16 = 0;
+  double node_bandwidth_gbs = 0;
+  int cores = 1;
+  std::array<double, kOpClassCount> efficiency{};
+  double step_overhead_ms = 0;
+  std::string source;
+};
+// The one calibrated here (docs/plan.md, "This CPU").
+CpuCalibration default_cpu_calibration();
+nlohmann::ordered_json to_json(const CpuCalibration& c);
+// InputError naming WHERE for a field missing or out of range.
+CpuCalibration cpu_calibration_from_json(const nlohmann::json& j, const std::string& where);
+// The device one of LOCAL_RANKS ranks of THREADS threads each sees on this CPU: the cores'
+// peak for DTYPE times the cores it gets (min(threads, cores / local_ranks)), and an equal
+// share of the node's bandwidth.
+PlanDevice cpu_device(const CpuCalibration& c, DType dtype, int threads, int local_ranks);
+nlohmann::ordered_json to_json(const PlanDevice& d);
+
+// The cluster a finished run ran on: its world on one node, over its emulated link when it
+// had one (comm.link), else this host's shared memory (or BENCH_LINK when not null), with the
+// run's AllReduce algorithm.
+PlanCluster run_cluster(const Config& cfg, int world, const LinkModel* bench_link);
+
+struct ReportData;
+// A finished run predicted from its config on this CPU (CPU, at the run's world and
+// threads) and compared with what it measured: the p50 step (1-bit Adam: the
+// compressed stage's) and its phases.
+struct RunCheck {
+  Prediction predicted;
+  double measured_step_ms = 0, measured_compute_ms = 0, measured_optimizer_ms = 0,
+         measured_comm_exposed_ms = 0, measured_tokens_per_s = 0, measured_mfu = 0;
+  double error_pct(double predicted_v, double measured_v) const {
+    return measured_v > 0 ? 100 * (predicted_v - measured_v) / measured_v : 0;
+  }
+};
+// InputError when the run has no config.yaml.
+RunCheck check_run(const ReportData& r, const CpuCalibration& cpu, const LinkModel* bench_link);
+
+}  // namespace ringstep
