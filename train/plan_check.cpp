@@ -12,10 +12,11 @@ namespace ringstep {
 namespace {
 
 // This host, calibrated (default_cpu_calibration).
-constexpr double kCpuPeakPerCoreFp32 = 238, kCpuPeakPerCoreBf16 = 450, kCpuNodeBandwidthGbs = 29;
+constexpr double kCpuPeakPerCoreFp32 = 130.5, kCpuPeakPerCoreBf16 = 157.4,
+                 kCpuNodeBandwidthGbs = 33.3;
 constexpr int kCpuCores = 2;
-constexpr std::array<double, kOpClassCount> kCpuEfficiency = {0.089, 0.079, 0.105, 0.56};
-constexpr double kCpuStepOverheadMs = 25;
+constexpr std::array<double, kOpClassCount> kCpuEfficiency = {0.118, 0.079, 0.092, 0.49};
+constexpr double kCpuStepOverheadMs = 25.6;
 
 }  // namespace
 

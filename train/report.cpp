@@ -13,6 +13,7 @@
 #include "core/profiler.h"
 #include "core/stats.h"
 #include "models/gpt.h"
+#include "train/plan.h"
 #include "train/run_summary.h"
 #include "train/step_record.h"
 
@@ -342,6 +343,11 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
           ? steady
           : recs,
       r.peak_gflops, machine.mem_bandwidth_gbs, r);
+  if (r.has_config && r.config.run.device == Device::cpu) {
+    const RunCheck c = check_run(r, default_cpu_calibration(), nullptr);
+    r.plan = {true, c.predicted.step_ms, c.predicted.compute_ms, c.predicted.comm_exposed_ms,
+              c.measured_step_ms};
+  }
   run_rules(r);
   return r;
 }

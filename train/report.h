@@ -157,6 +157,12 @@ struct ReportData {
   int op_steps = 0;        // records with ops the measured roofline averages
   std::vector<OpRow> ops;  // the measured roofline, longest first
   CommFacts comm;
+  // `ringstep plan --check`'s prediction of the run from its config (CPU runs with a config),
+  // next to the measured p50 step (1-bit Adam: the compressed stage's).
+  struct PlanCheck {
+    bool known = false;
+    double step_ms = 0, compute_ms = 0, comm_exposed_ms = 0, measured_step_ms = 0;
+  } plan;
 
   std::vector<Finding> findings;
   std::vector<std::string> fired() const;  // the findings' ids, in rule order

@@ -96,6 +96,12 @@ void print_time(const ReportData& r, Text& t) {
       human_count(r.tokens_per_s).c_str(), r.tokens_per_step, r.model_gflops, r.peak_gflops, end,
       100 * r.mfu);
   t.line("skipped      %d of %d steps (%.1f%%)", r.skipped_steps, r.steps, r.skipped_pct);
+  if (r.plan.known)
+    t.line(
+        "plan         predicted %.1f ms per step (compute %.1f, exposed comm %.1f) vs %.1f ms "
+        "measured (%+.0f%%): ringstep plan --check (docs/plan.md)",
+        r.plan.step_ms, r.plan.compute_ms, r.plan.comm_exposed_ms, r.plan.measured_step_ms,
+        r.plan.measured_step_ms > 0 ? 100 * (r.plan.step_ms / r.plan.measured_step_ms - 1) : 0);
 }
 
 // The gradient buckets of the config and what the reduction achieved: the records'
@@ -175,11 +181,9 @@ void print_loss_memory_ranks(const ReportData& r, Text& t) {
       mib(double(r.params_bytes)), mib(double(r.grads_bytes)), mib(double(r.optimizer_bytes)),
       mib(double(r.activations_peak_bytes)));
   if (r.activations_estimate_bytes > 0)
-    t.line(
-        "             Korthikanti et al. estimate for the %d blocks (%s, recompute %s): %.2f "
-        "MiB; the arena also holds embeddings, logits and backward scratch",
-        r.config.model.n_layers, name(r.config.precision.dtype), name(r.config.recompute.policy),
-        mib(r.activations_estimate_bytes));
+    t.line("             the model spec's arena peak for the config (%s, recompute %s): %.2f MiB",
+           name(r.config.precision.dtype), name(r.config.recompute.policy),
+           mib(r.activations_estimate_bytes));
   if (r.memory_limit_bytes > 0)
     t.line("             limit %.2f GiB/rank (physical RAM / %s): activations %.1f%% of it",
            r.memory_limit_bytes / 1073741824.0, plural(r.world, "rank").c_str(),
@@ -245,17 +249,17 @@ void print_measured_roofline(const ReportData& r, Text& t) {
     t.line("measured     no op timings in the records (profile.op_every, or an older run)");
     return;
   }
-  t.line("measured     roofline per op: rank 0, mean of %s (profile.op_every); bound = "
-         "max(FLOPs / peak, bytes / bandwidth)",
-         plural(r.op_steps, "op-timed step").c_str());
+  t.line(
+      "measured     roofline per op: rank 0, mean of %s (profile.op_every); bound = "
+      "max(FLOPs / peak, bytes / bandwidth)",
+      plural(r.op_steps, "op-timed step").c_str());
   t.line("  %-9s %-13s %6s %9s %6s %9s %7s %9s  %-9s %7s", "phase", "op", "calls", "ms/step",
          "% ops", "GFLOP/s", "GB/s", "FLOP/byte", "bound", "% bound");
   for (const OpRow& o : r.ops) {
     char frac[16] = "?";
     if (o.bound_ms > 0) std::snprintf(frac, sizeof frac, "%.1f", 100 * o.bound_frac);
-    t.line("  %-9s %-13s %6.0f %9.3f %6.1f %9.1f %7.2f %9.2f  %-9s %7s", name(o.phase),
-           name(o.op), o.calls, o.ms, o.share_pct, o.gflops, o.gbs, o.intensity, o.bound.c_str(),
-           frac);
+    t.line("  %-9s %-13s %6.0f %9.3f %6.1f %9.1f %7.2f %9.2f  %-9s %7s", name(o.phase), name(o.op),
+           o.calls, o.ms, o.share_pct, o.gflops, o.gbs, o.intensity, o.bound.c_str(), frac);
   }
   // The seed's "where to optimise first": ops worth >= 2% of the time, least efficient first.
   std::vector<const OpRow*> worst;
@@ -266,9 +270,9 @@ void print_measured_roofline(const ReportData& r, Text& t) {
   std::string names;
   for (size_t i = 0; i < std::min<size_t>(3, worst.size()); ++i) {
     char buf[96];
-    std::snprintf(buf, sizeof buf, "%s%s %s (%.1f%% of bound, %.1f%% of the time)",
-                  i ? "; " : "", name(worst[i]->phase), name(worst[i]->op),
-                  100 * worst[i]->bound_frac, worst[i]->share_pct);
+    std::snprintf(buf, sizeof buf, "%s%s %s (%.1f%% of bound, %.1f%% of the time)", i ? "; " : "",
+                  name(worst[i]->phase), name(worst[i]->op), 100 * worst[i]->bound_frac,
+                  worst[i]->share_pct);
     names += buf;
   }
   if (!names.empty()) t.line("  furthest below their bound: %s", names.c_str());
@@ -339,6 +343,11 @@ std::string report_json(const ReportData& r) {
                      {"peak_gflops_end", positive(r.peak_gflops_end)},
                      {"mfu", r.peak_gflops > 0 ? ojson(r.mfu) : ojson(nullptr)}};
   j["skipped"] = {{"steps", r.skipped_steps}, {"pct", r.skipped_pct}};
+  if (r.plan.known)
+    j["plan"] = {{"step_ms", r.plan.step_ms},
+                 {"compute_ms", r.plan.compute_ms},
+                 {"comm_exposed_ms", r.plan.comm_exposed_ms},
+                 {"measured_step_ms", r.plan.measured_step_ms}};
   if (r.onebit) {
     ojson ob;
     for (size_t k = 0; k < r.onebit_stages.size(); ++k) {
@@ -412,8 +421,7 @@ std::string report_json(const ReportData& r) {
                {"busy_ms_median", positive(c.busy_ms_median)}};
   ojson diag = ojson::array();
   for (const Finding& f : r.findings)
-    diag.push_back(
-        {{"id", f.id}, {"evidence", f.evidence}, {"advice", f.advice}, {"try", f.sets}});
+    diag.push_back({{"id", f.id}, {"evidence", f.evidence}, {"advice", f.advice}, {"try", f.sets}});
   j["diagnosis"] = diag;
   j["healthy"] = r.findings.empty();
   j["warnings"] = r.warnings;
