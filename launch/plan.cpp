@@ -138,13 +138,12 @@ void print_prediction(const Config& cfg, const PlanDevice& dev, const PlanCluste
   std::printf(" (recompute %s; ", name(cfg.recompute.policy));
   const GptSpec spec(cfg.model);
   GptOptions opt = gpt_options(cfg);
-  const Device kind = dev.name == "cpu" ? Device::cpu : Device::cuda;
   bool first = true;
   for (const auto& [policy, policy_name] : enum_names(RecomputePolicy{})) {
     opt.recompute = policy;
-    std::printf(
-        "%s%s %s", first ? "" : ", ", policy_name,
-        mib(spec.activations(opt, kind, cfg.train.micro_batch, cfg.model.seq_len).peak).c_str());
+    std::printf("%s%s %s", first ? "" : ", ", policy_name,
+                mib(spec.activations(opt, dev.kind, cfg.train.micro_batch, cfg.model.seq_len).peak)
+                    .c_str());
     first = false;
   }
   std::printf(")%s\n", dev.memory_bytes > 0 && p.memory_bytes() > dev.memory_bytes

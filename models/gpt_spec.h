@@ -6,7 +6,7 @@
 // file does shape arithmetic, so a change to the model is one change here.
 //
 // Sizes in double are exact integers (below 2^53) and cannot overflow for an absurd config;
-// element offsets are size_t, as the registry's. Immutable once built; cheap to copy.
+// element offsets are size_t, as the registry's. Immutable once built.
 #pragma once
 
 #include <array>

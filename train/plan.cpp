@@ -138,10 +138,9 @@ double hierarchical_allreduce_ms(double bytes, int ranks, int per_node, const Li
 Prediction predict(const Config& cfg, const PlanDevice& dev, const PlanCluster& cluster) {
   const GptSpec spec(cfg.model);
   const GptOptions opt = gpt_options(cfg);
-  const Device kind = dev.name == "cpu" ? Device::cpu : Device::cuda;
   const int B = cfg.train.micro_batch, T = cfg.model.seq_len, A = cfg.train.grad_accum_steps;
   const int p = std::max(1, cluster.ranks);
-  const OpProfile ops = spec.step_ops(opt, kind, B, T, A);
+  const OpProfile ops = spec.step_ops(opt, dev.kind, B, T, A);
   Prediction r;
   auto op_ms = [&](OpPhase phase, Op op) {
     const OpStat& s = ops.at(phase, op);
@@ -209,7 +208,7 @@ Prediction predict(const Config& cfg, const PlanDevice& dev, const PlanCluster& 
   r.params_bytes = 4 * n;
   r.grads_bytes = 4 * n;
   r.optimizer_bytes = 8 * n + (onebit ? 8 * n : 0);  // AdamW's moments; 1-bit's two errors
-  r.activations_bytes = spec.activations(opt, kind, B, T).peak;
+  r.activations_bytes = spec.activations(opt, dev.kind, B, T).peak;
   return r;
 }
 
@@ -245,19 +244,13 @@ std::vector<Knob> knobs(const Config& cfg, const PlanDevice& device, const PlanC
                        {std::string("recompute.policy=") + policy_name}});
 
   std::vector<Knob> out;
+  const std::string yaml = config_to_yaml(cfg);
   for (const auto& [what, sets] : turns) {
-    Config c = cfg;
-    for (const std::string& s : sets) {
-      const std::string key = s.substr(0, s.find('=')), v = s.substr(s.find('=') + 1);
-      if (key == "train.micro_batch") c.train.micro_batch = std::stoi(v);
-      if (key == "train.grad_accum_steps") c.train.grad_accum_steps = std::stoi(v);
-      if (key == "comm.bucket_mb") c.comm.bucket_mb = std::stod(v);
-      if (key == "comm.overlap") c.comm.overlap = true;
-      if (key == "optimizer.name")
-        c.optimizer.name = v == "adamw" ? OptimizerKind::adamw : OptimizerKind::onebit_adam;
-      if (key == "recompute.policy")
-        for (const auto& [policy, policy_name] : enum_names(RecomputePolicy{}))
-          if (v == policy_name) c.recompute.policy = policy;
+    Config c;
+    try {  // the sets as `--set` applies them; a knob the config's rules refuse is left out
+      c = parse_config(yaml, "knob", sets);
+    } catch (const InputError&) {
+      continue;
     }
     Knob k{what, sets, predict(c, device, cluster), true};
     k.fits = device.memory_bytes <= 0 || k.prediction.memory_bytes() <= device.memory_bytes;
@@ -299,9 +292,11 @@ PlanDevice table_device(const std::string& name, DType dtype) {
   const double peak = dtype == DType::f32 ? 67e3 : 989e3;
   const std::array<double, kOpClassCount> eff = {0.60, 0.35, 0.70, 0.70};
   if (name == "h100-sxm")
-    return {name, peak, 3350, 80e9, eff, 0, "NVIDIA H100 SXM datasheet; efficiencies assumed"};
+    return {name, Device::cuda, peak, 3350,
+            80e9, eff,          0,    "NVIDIA H100 SXM datasheet; efficiencies assumed"};
   if (name == "h200-sxm")
-    return {name, peak, 4800, 141e9, eff, 0, "NVIDIA H200 SXM datasheet; efficiencies assumed"};
+    return {name,  Device::cuda, peak, 4800,
+            141e9, eff,          0,    "NVIDIA H200 SXM datasheet; efficiencies assumed"};
   throw InputError("--device '" + name + "': expected cpu, h100-sxm or h200-sxm");
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/device.h"
 #include "core/enum_names.h"
 #include "core/op_profile.h"
 
@@ -34,6 +35,7 @@ OpClass op_class(Op op);
 // One accelerator (or this CPU) as the compute model sees it, per rank.
 struct PlanDevice {
   std::string name;
+  Device kind = Device::cpu;     // whose attention state and kernels the spec assumes
   double peak_gflops = 0;        // dense, of the config's product dtype, per rank
   double mem_bandwidth_gbs = 0;  // per rank
   double memory_bytes = 0;       // per rank
@@ -91,8 +93,8 @@ struct Prediction {
   double step_ms = 0;
   double tokens_per_s = 0, mfu = 0;
   int buckets = 0;
-  AllreduceAlgorithm algorithm = AllreduceAlgorithm::ring;
-  double sent_bytes = 0;  // per rank per step
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::ring;  // the last (largest-first) bucket's
+  double sent_bytes = 0;                                    // per rank per step
   // Memory per rank, bytes.
   double params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_bytes = 0;
   double memory_bytes() const {
