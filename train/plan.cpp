@@ -75,6 +75,25 @@ Exchange bucket_allreduce(double bytes, const PlanCluster& c) {
   return best;
 }
 
+// Bytes one rank sends for an AllReduce of BYTES: 2(p-1)/p of it for the ring and
+// Rabenseifner, log2(p) times it for recursive doubling, the intra-node halves plus the
+// inter-node ring of 1/G for the hierarchical one.
+double allreduce_sent_bytes(AllreduceAlgorithm algo, double bytes, const PlanCluster& c) {
+  const double p = c.ranks;
+  switch (algo) {
+    case AllreduceAlgorithm::recursive_doubling:
+      return log2_ranks(c.ranks) * bytes;
+    case AllreduceAlgorithm::hierarchical: {
+      const double g = std::max(1, std::min(c.per_node, c.ranks)), m = std::ceil(p / g);
+      return 2 * (g - 1) / g * bytes + 2 * (m - 1) / m * bytes / g;
+    }
+    case AllreduceAlgorithm::ring:
+    case AllreduceAlgorithm::rabenseifner:
+      break;
+  }
+  return 2 * (p - 1) / p * bytes;
+}
+
 // 1-bit Adam's exchange of N elements (comm/sign_allreduce.h): an all-to-all of each rank's
 // signs, then an allgather of the server's, p - 1 messages each, 1 bit per element plus
 // fp32 scales (one per tensor the chunk touches).
@@ -185,7 +204,7 @@ Prediction predict(const Config& cfg, const PlanDevice& dev, const PlanCluster& 
         const Exchange e = bucket_allreduce(4 * n, cluster);
         ms.push_back(e.ms);
         r.algorithm = e.algo;
-        r.sent_bytes += 2.0 * (p - 1) / p * 4 * n;
+        r.sent_bytes += allreduce_sent_bytes(e.algo, 4 * n, cluster);
       }
     }
     for (double m : ms) r.comm_ms += m;
