@@ -25,6 +25,41 @@ struct ArenaReplay {
   }
 };
 
+// One block's tensors in registry order: name, shape in units of C ((ROWS C) for a vector,
+// (ROWS C, COLS C) for a matrix), weight decay, and the Block field holding its index.
+struct BlockTensorShape {
+  const char* name;
+  int rows, cols;
+  bool decay;
+  size_t GptSpec::Block::*index;
+};
+using B = GptSpec::Block;
+constexpr BlockTensorShape kBlockLayout[] = {
+    {"ln1.weight", 1, 0, false, &B::ln1_w},       {"ln1.bias", 1, 0, false, &B::ln1_b},
+    {"attn.qkv.weight", 3, 1, true, &B::qkv_w},   {"attn.qkv.bias", 3, 0, false, &B::qkv_b},
+    {"attn.proj.weight", 1, 1, true, &B::proj_w}, {"attn.proj.bias", 1, 0, false, &B::proj_b},
+    {"ln2.weight", 1, 0, false, &B::ln2_w},       {"ln2.bias", 1, 0, false, &B::ln2_b},
+    {"mlp.fc.weight", 4, 1, true, &B::fc_w},      {"mlp.fc.bias", 4, 0, false, &B::fc_b},
+    {"mlp.proj.weight", 1, 4, true, &B::fcp_w},   {"mlp.proj.bias", 1, 0, false, &B::fcp_b},
+};
+
+std::vector<int64_t> block_shape(const BlockTensorShape& t, int64_t C) {
+  if (t.cols == 0) return {t.rows * C};
+  return {t.rows * C, t.cols * C};
+}
+
+// Elements of the flat buffer (PADDED: each tensor rounded up to Registry::kAlignElems) or
+// parameters, in double.
+double layout_elements(const ModelConfig& m, bool padded) {
+  const double a = double(Registry::kAlignElems), C = m.d_model;
+  auto size = [&](double n) { return padded ? std::ceil(n / a) * a : n; };
+  double block = 0;
+  for (const BlockTensorShape& t : kBlockLayout)
+    block += size(t.rows * C * (t.cols ? t.cols * C : 1));
+  return size(double(GptSpec::vocab_rows(m)) * C) + size(double(m.seq_len) * C) +
+         m.n_layers * block + 2 * size(C);
+}
+
 }  // namespace
 
 BlockKeep block_keep(const GptOptions& opt, int layer) {
@@ -45,11 +80,11 @@ GptOptions gpt_options(const Config& cfg) {
   return {cfg.precision.dtype, cfg.recompute.policy, cfg.recompute.k, cfg.precision.tf32};
 }
 
-GptSpec::GptSpec(const ModelConfig& cfg) : cfg_(cfg), vocab_rows_(cfg.vocab_size) {
+double GptSpec::buffer_elements(const ModelConfig& cfg) { return layout_elements(cfg, true); }
+
+GptSpec::GptSpec(const ModelConfig& cfg) : cfg_(cfg), vocab_rows_(vocab_rows(cfg)) {
   const int64_t V = vocab_rows_, T = cfg.seq_len, C = cfg.d_model;
-  // Checked in double before any size_t product: a registry counts exactly below 2^53.
-  const double elements = double(V) * C + double(T) * C +
-                          double(cfg.n_layers) * (12.0 * C * C + 13.0 * C + 16 * 12) + 2.0 * C;
+  const double elements = buffer_elements(cfg);  // before any size_t product can overflow
   if (elements > 9007199254740992.0) {
     char n[32];
     std::snprintf(n, sizeof n, "%.3g", elements);
@@ -61,18 +96,8 @@ GptSpec::GptSpec(const ModelConfig& cfg) : cfg_(cfg), vocab_rows_(cfg.vocab_size
   for (int l = 0; l < cfg.n_layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     Block b;
-    b.ln1_w = reg_.add(h + "ln1.weight", {C}, false);
-    b.ln1_b = reg_.add(h + "ln1.bias", {C}, false);
-    b.qkv_w = reg_.add(h + "attn.qkv.weight", {3 * C, C});
-    b.qkv_b = reg_.add(h + "attn.qkv.bias", {3 * C}, false);
-    b.proj_w = reg_.add(h + "attn.proj.weight", {C, C});
-    b.proj_b = reg_.add(h + "attn.proj.bias", {C}, false);
-    b.ln2_w = reg_.add(h + "ln2.weight", {C}, false);
-    b.ln2_b = reg_.add(h + "ln2.bias", {C}, false);
-    b.fc_w = reg_.add(h + "mlp.fc.weight", {4 * C, C});
-    b.fc_b = reg_.add(h + "mlp.fc.bias", {4 * C}, false);
-    b.fcp_w = reg_.add(h + "mlp.proj.weight", {C, 4 * C});
-    b.fcp_b = reg_.add(h + "mlp.proj.bias", {C}, false);
+    for (const BlockTensorShape& t : kBlockLayout)
+      b.*t.index = reg_.add(h + t.name, block_shape(t, C), t.decay);
     blocks_.push_back(b);
   }
   lnf_w_ = reg_.add("lnf.weight", {C}, false);
@@ -220,10 +245,11 @@ OpProfile GptSpec::step_ops(const GptOptions& opt, Device device, int B, int T,
   return p;
 }
 
-std::array<BlockTensor, kBlockTensors> GptSpec::block_tensors(const GptOptions& opt, Device device,
-                                                              double B, double T) const {
-  const double NC = B * T * cfg_.d_model * double(dtype_size(opt.act_dtype));
-  const double state = attention_state_bytes(device, opt.act_dtype, B, T, cfg_.n_heads);
+std::array<BlockTensor, kBlockTensors> GptSpec::block_tensors(const ModelConfig& cfg,
+                                                              const GptOptions& opt, Device device,
+                                                              double B, double T) {
+  const double NC = B * T * cfg.d_model * double(dtype_size(opt.act_dtype));
+  const double state = attention_state_bytes(device, opt.act_dtype, B, T, cfg.n_heads);
   constexpr uint8_t kAll = 1 << int(BlockKeep::all);
   constexpr uint8_t kSelective = kAll | 1 << int(BlockKeep::selective);
   constexpr uint8_t kOutput = kSelective | 1 << int(BlockKeep::input);
@@ -239,11 +265,11 @@ std::array<BlockTensor, kBlockTensors> GptSpec::block_tensors(const GptOptions& 
 }
 
 // Gpt::forward then Gpt::backward's allocations, in their order (models/gpt.cpp).
-ActivationBytes GptSpec::activations(const GptOptions& opt, Device device, double B,
-                                     double T) const {
-  const double N = B * T, NC = N * cfg_.d_model, S = double(dtype_size(opt.act_dtype)),
-               NV = N * double(vocab_rows_);
-  const auto tensors = block_tensors(opt, device, B, T);
+ActivationBytes GptSpec::activations(const ModelConfig& cfg, const GptOptions& opt, Device device,
+                                     double B, double T) {
+  const double N = B * T, NC = N * cfg.d_model, S = double(dtype_size(opt.act_dtype)),
+               NV = N * double(vocab_rows(cfg));
+  const auto tensors = block_tensors(cfg, opt, device, B, T);
   // What running (or rebuilding) a block allocates besides what K keeps: the tensors K does
   // not keep but the block output, and the four LayerNorm statistics.
   auto rebuilt = [&](ArenaReplay& a, BlockKeep k) {
@@ -254,8 +280,8 @@ ActivationBytes GptSpec::activations(const GptOptions& opt, Device device, doubl
   ArenaReplay a;
   for (double d : {NC, NC, 4 * NC}) a.alloc(4 * d);  // backward's dres, dln, big
   a.alloc(NC * S);                                   // the embedded tokens
-  std::vector<double> layer_mark(size_t(cfg_.n_layers));
-  for (int l = 0; l < cfg_.n_layers; ++l) {
+  std::vector<double> layer_mark(size_t(cfg.n_layers));
+  for (int l = 0; l < cfg.n_layers; ++l) {
     const BlockKeep k = block_keep(opt, l);
     layer_mark[size_t(l)] = a.used;
     for (const BlockTensor& t : tensors)
@@ -269,7 +295,7 @@ ActivationBytes GptSpec::activations(const GptOptions& opt, Device device, doubl
   const double saved = a.used;
   a.alloc(4 * NV);  // the logits in forward, then dlogits in backward
   a.used = head_mark;
-  for (int l = cfg_.n_layers - 1; l >= 0; --l) {
+  for (int l = cfg.n_layers - 1; l >= 0; --l) {
     const BlockKeep k = block_keep(opt, l);
     if (k != BlockKeep::all) rebuilt(a, k);
     if (k == BlockKeep::selective) a.alloc(NC * S);  // attention's output, rebuilt aside

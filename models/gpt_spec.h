@@ -68,7 +68,8 @@ class GptSpec {
   explicit GptSpec(const ModelConfig& cfg);
 
   const ModelConfig& config() const { return cfg_; }
-  // Rows of the token embedding and the logits: the vocabulary.
+  // Rows of the token embedding and the logits: the vocabulary (the one place to pad it).
+  static int64_t vocab_rows(const ModelConfig& cfg) { return cfg.vocab_size; }
   int64_t vocab_rows() const { return vocab_rows_; }
 
   // --- parameters ---
@@ -113,10 +114,22 @@ class GptSpec {
   OpProfile step_ops(const GptOptions& opt, Device device, int B, int T, int micro_batches) const;
 
   // --- activations ---
-  // Block LAYER's saved tensors for a B x T micro-batch, in kBlockTensors order.
+  // A block's saved tensors for a B x T micro-batch, in kBlockTensors order.
   std::array<BlockTensor, kBlockTensors> block_tensors(const GptOptions& opt, Device device,
-                                                       double B, double T) const;
-  ActivationBytes activations(const GptOptions& opt, Device device, double B, double T) const;
+                                                       double B, double T) const {
+    return block_tensors(cfg_, opt, device, B, T);
+  }
+  ActivationBytes activations(const GptOptions& opt, Device device, double B, double T) const {
+    return activations(cfg_, opt, device, B, T);
+  }
+  // The same, and the flat buffer's length (registry().total_numel()), for a config whose
+  // spec is not built: no registry, so an absurd config is sized at once.
+  static std::array<BlockTensor, kBlockTensors> block_tensors(const ModelConfig& cfg,
+                                                              const GptOptions& opt, Device device,
+                                                              double B, double T);
+  static ActivationBytes activations(const ModelConfig& cfg, const GptOptions& opt, Device device,
+                                     double B, double T);
+  static double buffer_elements(const ModelConfig& cfg);
 
  private:
   ModelConfig cfg_;

@@ -29,7 +29,7 @@ MachineLimits machine_limits(Device device) {
 }
 
 MemoryEstimate memory_estimate(const Config& cfg) {
-  const double param_bytes = sizeof(float) * double(GptSpec(cfg.model).registry().total_numel());
+  const double param_bytes = sizeof(float) * GptSpec::buffer_elements(cfg.model);
   return {param_bytes, param_bytes, 2 * param_bytes, activation_estimate_bytes(cfg)};
 }
 

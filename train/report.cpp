@@ -263,8 +263,8 @@ void compute_onebit(const std::vector<StepRecord>& recs, ReportData& r) {
 }  // namespace
 
 double activation_estimate_bytes(const Config& c) {
-  return GptSpec(c.model)
-      .activations(gpt_options(c), c.run.device, c.train.micro_batch, c.model.seq_len)
+  return GptSpec::activations(c.model, gpt_options(c), c.run.device, c.train.micro_batch,
+                              c.model.seq_len)
       .peak;
 }
 

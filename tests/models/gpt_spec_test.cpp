@@ -38,6 +38,7 @@ TEST(GptSpec, ParameterCountIsTheClosedFormAndTheBuffersAreWhatGptAllocates) {
     Gpt g(m);
     EXPECT_EQ(g.param_count(), spec.param_count());
     EXPECT_EQ(g.params().size(), spec.registry().total_numel());
+    EXPECT_EQ(GptSpec::buffer_elements(m), double(g.params().size()));
     EXPECT_EQ(g.grads().size(), spec.registry().total_numel());
     // 6N + 6LCT with N = all parameters but the position embeddings.
     EXPECT_DOUBLE_EQ(g.model_flops_per_token(),
