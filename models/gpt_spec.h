@@ -93,9 +93,9 @@ class GptSpec {
   std::vector<std::pair<size_t, size_t>> embedding_ranges() const;
   // The gradient buffer cut in the order backward finishes it, each unit just below the
   // previous one and together the whole buffer, padding included: the last block with the
-  // final LayerNorm (done even earlier), ..., block 0 (with the padding above it), then the
-  // embeddings (wte is final only at the end). Unit u holds block L-1-u; the last unit the
-  // embeddings.
+  // final LayerNorm (done even earlier), ..., block 0, then the embeddings (wte is final
+  // only at the end). Unit u holds block L-1-u and the padding between it and the block
+  // below; the last unit holds the embeddings.
   std::vector<std::pair<size_t, size_t>> bucket_units() const;
   // Each matrix product's weight offset and the op it is timed as (core/timed_backend.h).
   std::vector<std::pair<size_t, Op>> weight_ops() const;
