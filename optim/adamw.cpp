@@ -24,6 +24,10 @@ void AdamW::step(FlatBuffer& params, const FlatBuffer& grads, double lr, double 
   rt.adamw_update(reg_.tensors(), s, decay, params.data(), grads.data(), m_.data(), v_.data());
 }
 
+std::vector<StateTensor> AdamW::state_tensors() {
+  return {{"adam_m", &m_, false}, {"adam_v", &v_, false}};
+}
+
 void AdamW::step(float* params, const float* grads, double lr, double grad_scale) {
   if (!m_.runtime().host_memory())
     throw std::logic_error("AdamW::step: host arrays for moments on " +

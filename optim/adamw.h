@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/registry.h"
+#include "optim/optimizer.h"
 
 namespace ringstep {
 
@@ -16,7 +17,8 @@ struct AdamWParams {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
 };
 
-class AdamW {
+// On the Optimizer seam: gradients always averaged, no exchange of its own, no stage.
+class AdamW final : public Optimizer {
  public:
   // Moments on DEVICE (InputError where runtime() refuses it).
   AdamW(const Registry& reg, const AdamWParams& hp, Device device = Device::cpu);
@@ -26,13 +28,26 @@ class AdamW {
   void step(FlatBuffer& params, const FlatBuffer& grads, double lr, double grad_scale);
   // The same update on host arrays laid out by the registry (moments in host memory).
   void step(float* params, const float* grads, double lr, double grad_scale);
-  int64_t step_count() const { return t_; }
-  void set_step_count(int64_t t) { t_ = t; }
+  int64_t step_count() const override { return t_; }
+  void set_step_count(int64_t t) override { t_ = t; }
   FlatBuffer& m() { return m_; }
   FlatBuffer& v() { return v_; }
   const FlatBuffer& m() const { return m_; }
   const FlatBuffer& v() const { return v_; }
-  size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
+  size_t state_bytes() const override { return m_.bytes() + v_.bytes(); }
+
+  // Optimizer: every step on averaged gradients.
+  bool wants_allreduce(int) const override { return true; }
+  std::optional<OneBitStage> stage(int) const override { return std::nullopt; }
+  bool begin_under_backward(const float*, double, Reducer&) override { return false; }
+  SignExchange step(FlatBuffer& params, const FlatBuffer& grads, double lr, double grad_scale,
+                    Reducer&) override {
+    step(params, grads, lr, grad_scale);
+    return {};
+  }
+  SignExchange skip(Reducer&) override { return {}; }
+  // "adam_m", "adam_v": replicated.
+  std::vector<StateTensor> state_tensors() override;
 
  private:
   // Advances Adam's step count and returns that step's scalars and LR * weight decay.

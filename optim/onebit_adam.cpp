@@ -2,19 +2,25 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 namespace ringstep {
 
-OneBitAdam::OneBitAdam(AdamW& adam, const Registry& reg, const AdamWParams& hp,
-                       const OneBitParams& ob)
-    : adam_(adam),
+OneBitAdam::OneBitAdam(const Registry& reg, const AdamWParams& hp, const OneBitParams& ob,
+                       Device device)
+    : adam_(reg, hp, device),
       reg_(reg),
       hp_(hp),
       ob_(ob),
       worker_error_(reg.total_numel()),
       server_error_(reg.total_numel()) {
   reset_errors();
+  if (ob_.under_backward && ob_.may_skip) {
+    kept_m_ = FlatBuffer(reg.total_numel());
+    kept_worker_ = FlatBuffer(reg.total_numel());
+    kept_server_ = FlatBuffer(reg.total_numel());
+  }
 }
 
 void OneBitAdam::reset_errors() {
@@ -22,9 +28,36 @@ void OneBitAdam::reset_errors() {
   server_error_.zero();
 }
 
-OneBitStage OneBitAdam::stage(int world) const {
+std::optional<OneBitStage> OneBitAdam::stage(int world) const {
   return world > 1 && adam_.step_count() >= ob_.freeze_step ? OneBitStage::compressed
                                                             : OneBitStage::warmup;
+}
+
+std::vector<StateTensor> OneBitAdam::state_tensors() {
+  std::vector<StateTensor> out = adam_.state_tensors();
+  out.push_back({"onebit", &worker_error_, true});
+  out.push_back({"onebit", &server_error_, true});
+  return out;
+}
+
+size_t OneBitAdam::state_bytes() const {
+  return adam_.state_bytes() + worker_error_.bytes() + server_error_.bytes() + kept_m_.bytes() +
+         kept_worker_.bytes() + kept_server_.bytes();
+}
+
+void OneBitAdam::adopt_world_change(const std::vector<std::vector<FlatBuffer>>& saved, int, int) {
+  const size_t n = worker_error_.size();
+  float* ew = worker_error_.data();
+  const float inv = 1.0f / float(saved.size());
+  for (size_t i = 0; i < n; ++i) {
+    float sum_w = 0, sum_s = 0;
+    for (const std::vector<FlatBuffer>& r : saved) {
+      sum_w += r.at(0).data()[i];
+      sum_s += r.at(1).data()[i];
+    }
+    ew[i] = sum_w * inv + sum_s;
+  }
+  server_error_.zero();
 }
 
 void OneBitAdam::local_momentum(const float* grads, float grad_scale, size_t begin, size_t end) {
@@ -65,25 +98,61 @@ void OneBitAdam::apply(float* params, double lr, size_t begin, size_t end) {
 
 SignExchange OneBitAdam::compressed_step(float* params, const float* grads, double lr,
                                          double grad_scale, Reducer& reducer) {
-  begin_compressed_step(grads, grad_scale, reducer);
-  return finish_compressed_step(params, lr, reducer);
-}
-
-void OneBitAdam::begin_compressed_step(const float* grads, double grad_scale, Reducer& reducer) {
-  reducer.begin_sign_average(adam_.m().data(), worker_error_.data(), server_error_.data(),
-                             adam_.m().size(), SignCode{ob_.scale, size_t(ob_.scale_block)},
-                             [this, grads, scale = float(grad_scale)](size_t b, size_t e) {
-                               local_momentum(grads, scale, b, e);
-                             });
-}
-
-SignExchange OneBitAdam::finish_compressed_step(float* params, double lr, Reducer& reducer) {
+  begin_exchange(grads, float(grad_scale), reducer);
   adam_.set_step_count(adam_.step_count() + 1);
   return reducer.finish_sign_average([&](size_t b, size_t e) { apply(params, lr, b, e); });
 }
 
-SignExchange OneBitAdam::abandon_compressed_step(Reducer& reducer) {
-  return reducer.finish_sign_average({});
+// Each part's momentum is formed just before the reducer codes it (after its old values
+// are kept, where a skip must restore them).
+void OneBitAdam::begin_exchange(const float* grads, float grad_scale, Reducer& reducer) {
+  const bool keep = in_flight_ && ob_.may_skip;
+  reducer.begin_sign_average(
+      adam_.m().data(), worker_error_.data(), server_error_.data(), adam_.m().size(),
+      SignCode{ob_.scale, size_t(ob_.scale_block)},
+      [this, grads, grad_scale, keep](size_t b, size_t e) {
+        if (keep) {
+          const size_t bytes = (e - b) * sizeof(float);
+          std::memcpy(kept_m_.data() + b, adam_.m().data() + b, bytes);
+          std::memcpy(kept_worker_.data() + b, worker_error_.data() + b, bytes);
+          std::memcpy(kept_server_.data() + b, server_error_.data() + b, bytes);
+        }
+        local_momentum(grads, grad_scale, b, e);
+      });
+}
+
+bool OneBitAdam::begin_under_backward(const float* grads, double grad_scale, Reducer& reducer) {
+  if (!ob_.under_backward || *stage(reducer.world()) != OneBitStage::compressed) return false;
+  in_flight_ = true;
+  begin_exchange(grads, float(grad_scale), reducer);
+  return true;
+}
+
+SignExchange OneBitAdam::step(FlatBuffer& params, const FlatBuffer& grads, double lr,
+                              double grad_scale, Reducer& reducer) {
+  if (!in_flight_) {
+    if (*stage(reducer.world()) == OneBitStage::warmup) {
+      adam_.step(params, grads, lr, grad_scale);
+      return {};
+    }
+    return compressed_step(params.data(), grads.data(), lr, grad_scale, reducer);
+  }
+  in_flight_ = false;
+  adam_.set_step_count(adam_.step_count() + 1);
+  float* p = params.data();
+  return reducer.finish_sign_average([&](size_t b, size_t e) { apply(p, lr, b, e); });
+}
+
+SignExchange OneBitAdam::skip(Reducer& reducer) {
+  if (!in_flight_) return {};
+  in_flight_ = false;
+  const SignExchange done = reducer.finish_sign_average({});
+  if (ob_.may_skip) {
+    copy_buffer(adam_.m(), kept_m_);
+    copy_buffer(worker_error_, kept_worker_);
+    copy_buffer(server_error_, kept_server_);
+  }
+  return done;
 }
 
 std::string onebit_warning(const Config& cfg, int world) {

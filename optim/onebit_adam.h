@@ -1,11 +1,11 @@
 // 1-bit Adam (Tang et al. 2021, arXiv 2102.02888; DeepSpeed's OnebitAdam), docs/optim.md.
-// The moments and Adam's step count are AdamW's (optim/adamw.h), so that the warm-up is
-// AdamW itself and a checkpoint saves them as for AdamW; this class adds the compression
-// stage and its error buffers.
+// The moments and Adam's step count are an AdamW's (optim/adamw.h) that this class owns, so
+// that the warm-up is AdamW itself and a checkpoint saves them as AdamW's; this class adds
+// the compression stage and its error buffers.
 //
-// Warm-up (AdamW's step count < freeze_step, or one rank): the caller averages gradients
-// and calls AdamW::step. Compression stage: v is frozen (with its bias correction at
-// freeze_step); each rank updates its momentum from its own gradient,
+// Warm-up (Adam's step count < freeze_step, or one rank): gradients averaged, AdamW's step.
+// Compression stage: v is frozen (with its bias correction at freeze_step); each rank
+// updates its momentum from its own gradient,
 //   m = b1 m + (1 - b1) g,
 // the momenta are averaged by the Reducer's sign_average (1 bit per element, worker and
 // server error feedback), and
@@ -22,63 +22,86 @@
 #include "core/config.h"
 #include "core/registry.h"
 #include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "optim/reducer.h"
 
 namespace ringstep {
-
-enum class OneBitStage : uint8_t { warmup, compressed };
-constexpr auto enum_names(OneBitStage) {
-  return std::to_array<EnumName<OneBitStage>>(
-      {{OneBitStage::warmup, "warmup"}, {OneBitStage::compressed, "compressed"}});
-}
 
 struct OneBitParams {
   int freeze_step = 60;  // AdamW steps (applied) before the variance freezes; >= 1
   OneBitScale scale = OneBitScale::mean_abs;
   int scale_block = 0;  // elements per scale inside a tensor (Reducer's SignCode); 0 = per tensor
+  // Begin the exchange under backward (begin_under_backward), clipped by the previous step's
+  // coefficient; false: the whole exchange in step(), after backward.
+  bool under_backward = false;
+  // A step begun under backward may be skipped (loss scaling, or train.on_nan: skip): keep
+  // what each part held before it was sent, so that skip() can put it back.
+  bool may_skip = false;
 };
 
-class OneBitAdam {
+class OneBitAdam final : public Optimizer {
  public:
-  // ADAM holds the moments and the step count and must outlive this object.
-  OneBitAdam(AdamW& adam, const Registry& reg, const AdamWParams& hp, const OneBitParams& ob);
+  // State on DEVICE (cpu only for the compression stage: the config refuses cuda).
+  OneBitAdam(const Registry& reg, const AdamWParams& hp, const OneBitParams& ob,
+             Device device = Device::cpu);
 
-  // The stage of the next step on WORLD ranks: compressed once freeze_step steps have been
-  // applied, and never with one rank (nothing to compress).
-  OneBitStage stage(int world) const;
+  // Optimizer. The stage of the next step on WORLD ranks: compressed once freeze_step steps
+  // have been applied, and never with one rank (nothing to compress).
+  bool wants_allreduce(int world) const override { return *stage(world) == OneBitStage::warmup; }
+  std::optional<OneBitStage> stage(int world) const override;
+  // Compression stage with under_backward: each part's momentum is formed (from GRADS times
+  // GRAD_SCALE) and sent as backward finishes it.
+  bool begin_under_backward(const float* grads, double grad_scale, Reducer& reducer) override;
+  // Warm-up: AdamW's step. Compression stage: finishes the exchange begun under backward, or
+  // runs compressed_step. Every rank ends with the same m and params.
+  SignExchange step(FlatBuffer& params, const FlatBuffer& grads, double lr, double grad_scale,
+                    Reducer& reducer) override;
+  // Completes an exchange begun under backward without an update, and restores m and both
+  // error buffers to what they held before the step (may_skip; without it they hold that
+  // step's values).
+  SignExchange skip(Reducer& reducer) override;
+  int64_t step_count() const override { return adam_.step_count(); }
+  void set_step_count(int64_t t) override { adam_.set_step_count(t); }
+  // AdamW's, then "onebit" per rank: the worker error buffer, then the server's.
+  std::vector<StateTensor> state_tensors() override;
+  // Keeps the compressed mean's error (docs/optim.md, "Resuming on another world size"): every
+  // new rank's worker error is the old ranks' mean worker error plus the whole server error
+  // (each old rank's server buffer holds its own chunks and zeros elsewhere, so their sum is
+  // the whole), and the server errors start at 0: mean_r e_w + e_s is what it was.
+  void adopt_world_change(const std::vector<std::vector<FlatBuffer>>& saved, int saved_world,
+                          int world) override;
+  size_t state_bytes() const override;
+
   // One compression-stage step on this rank's own (not averaged) gradients, multiplied by
-  // GRAD_SCALE first; collective through REDUCER. Every rank ends with the same m and params.
-  // Each part the reducer hands over gets its momentum just before it is sent and its update
-  // as soon as its mean is back, so the arithmetic of one part overlaps another's exchange.
+  // GRAD_SCALE first; collective through REDUCER. Each part the reducer hands over gets its
+  // momentum just before it is sent and its update as soon as its mean is back, so the
+  // arithmetic of one part overlaps another's exchange.
   SignExchange compressed_step(float* params, const float* grads, double lr, double grad_scale,
                                Reducer& reducer);
-  // compressed_step in two halves around backward, so that the exchange runs under it
-  // (optimizer.onebit.overlap): begin before backward, after which the reducer reads each
-  // part of GRADS once it reports the part ready; finish after it. abandon instead of
-  // finish completes the collective without an update, for a step found bad after its
-  // momenta were sent: m and both error buffers then hold that step's values.
-  void begin_compressed_step(const float* grads, double grad_scale, Reducer& reducer);
-  SignExchange finish_compressed_step(float* params, double lr, Reducer& reducer);
-  SignExchange abandon_compressed_step(Reducer& reducer);
 
+  AdamW& adam() { return adam_; }
+  const AdamW& adam() const { return adam_; }
   FlatBuffer& worker_error() { return worker_error_; }
   FlatBuffer& server_error() { return server_error_; }
   const FlatBuffer& worker_error() const { return worker_error_; }
   const FlatBuffer& server_error() const { return server_error_; }
   void reset_errors();
-  size_t state_bytes() const { return worker_error_.bytes() + server_error_.bytes(); }
   const OneBitParams& params() const { return ob_; }
 
  private:
+  void begin_exchange(const float* grads, float grad_scale, Reducer& reducer);
   // Both work on elements [begin, end), the part of the vector the reducer hands over.
   void local_momentum(const float* grads, float grad_scale, size_t begin, size_t end);
   void apply(float* params, double lr, size_t begin, size_t end);
 
-  AdamW& adam_;
+  AdamW adam_;
   const Registry& reg_;
   AdamWParams hp_;
   OneBitParams ob_;
   FlatBuffer worker_error_, server_error_;
+  // may_skip: m, worker and server error as they were before the step in flight.
+  FlatBuffer kept_m_, kept_worker_, kept_server_;
+  bool in_flight_ = false;  // an exchange begun under backward awaits step() or skip()
 };
 
 }  // namespace ringstep

@@ -29,13 +29,12 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 constexpr const char* kManifest = "manifest.json";
-// Every file a checkpoint holds besides the manifest, in the order they are written.
+// The files every checkpoint holds besides the manifest and the optimizer's state (written
+// between the parameters and state.json: optim/optimizer.h's StateTensor names them).
 constexpr const char* kParams = "params.bin";
-constexpr const char* kAdamM = "adam_m.bin";
-constexpr const char* kAdamV = "adam_v.bin";
 constexpr const char* kState = "state.json";
 constexpr const char* kConfig = "config.yaml";
-constexpr const char* kFiles[] = {kParams, kAdamM, kAdamV, kState, kConfig};
+constexpr const char* kFiles[] = {kParams, kState, kConfig};
 
 // Writes BYTES to PATH and fsyncs it: once this returns, the bytes survive a power cut.
 void write_synced(const fs::path& path, std::string_view bytes) {
@@ -91,7 +90,7 @@ json compatibility(const Config& cfg, size_t param_count) {
 json state_json(const TrainState& state, const std::vector<uint64_t>& positions) {
   const LossScalerState& s = state.scaler.state();
   return {{"step", state.step},
-          {"adam_step_count", state.optimizer.step_count()},
+          {"adam_step_count", state.optimizer->step_count()},
           {"loss_scaler",
            {{"scale", s.scale},
             {"growth_tracker", s.growth_tracker},
@@ -109,30 +108,45 @@ json file_entry(size_t bytes, uint64_t checksum) {
   return {{"bytes", bytes}, {"xxh3_64", hex64(checksum)}};
 }
 
+std::string replicated_file(const std::string& name) { return name + ".bin"; }
+// The per-rank state of RANK, which differs per rank.
+std::string rank_file(const std::string& name, int rank) {
+  return name + "-rank-" + std::to_string(rank) + ".bin";
+}
+
+// The optimizer's per-rank state tensors grouped by file name, in the order listed.
+std::vector<std::pair<std::string, std::vector<FlatBuffer*>>> per_rank_groups(
+    const std::vector<StateTensor>& tensors) {
+  std::vector<std::pair<std::string, std::vector<FlatBuffer*>>> out;
+  for (const StateTensor& t : tensors) {
+    if (!t.per_rank) continue;
+    if (out.empty() || out.back().first != t.name) out.push_back({t.name, {}});
+    out.back().second.push_back(t.buffer);
+  }
+  return out;
+}
+
 // Writes the files every rank shares into DIR, fsynced; returns their manifest entries.
 json write_shared(const fs::path& dir, const Config& cfg, const FlatBuffer& params,
                   const TrainState& state, const std::vector<uint64_t>& positions) {
+  const std::vector<StateTensor> tensors = state.optimizer->state_tensors();
   const std::string state_text = state_json(state, positions).dump(2) + "\n";
   const std::string config_text = config_to_yaml(cfg);
-  FlatBuffer host[3];
-  const std::string_view contents[] = {
-      bytes_of(on_host(params, host[0])), bytes_of(on_host(state.optimizer.m(), host[1])),
-      bytes_of(on_host(state.optimizer.v(), host[2])), state_text, config_text};
+  std::vector<FlatBuffer> host(tensors.size() + 1);
+  std::vector<std::pair<std::string, std::string_view>> contents;  // file, bytes
+  contents.push_back({kParams, bytes_of(on_host(params, host[0]))});
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!tensors[i].per_rank)
+      contents.push_back(
+          {replicated_file(tensors[i].name), bytes_of(on_host(*tensors[i].buffer, host[i + 1]))});
+  contents.push_back({kState, state_text});
+  contents.push_back({kConfig, config_text});
   json files = json::object();
-  for (size_t i = 0; i < std::size(kFiles); ++i) {
-    write_synced(dir / kFiles[i], contents[i]);
-    files[kFiles[i]] = file_entry(contents[i].size(), file_checksum(contents[i]));
+  for (const auto& [file, bytes] : contents) {
+    write_synced(dir / file, bytes);
+    files[file] = file_entry(bytes.size(), file_checksum(bytes));
   }
   return files;
-}
-
-// 1-bit Adam's error buffers of this rank (worker, then server), which differ per rank.
-std::string rank_file(int rank) { return "onebit-rank-" + std::to_string(rank) + ".bin"; }
-
-std::string error_bytes(const OneBitAdam& ob) {
-  std::string bytes(bytes_of(ob.worker_error()));
-  bytes += bytes_of(ob.server_error());
-  return bytes;
 }
 
 // manifest.json (the commit marker), then DIR.
@@ -261,29 +275,66 @@ void read_into(const fs::path& path, FlatBuffer& buf) {
   copy_buffer(buf, host);
 }
 
-// This rank's 1-bit Adam error buffers from DIR; with another world size (or none saved)
-// they start from zero, with a warning on rank 0 once the compressed stage has begun.
-void load_onebit_errors(const fs::path& dir, const json& manifest, int rank, int world,
-                        OneBitAdam& ob, int64_t adam_steps) {
+// BUFS, each as long as it is, from the bytes of PATH (checked against their total).
+void read_group(const fs::path& path, const std::vector<FlatBuffer*>& bufs) {
+  const std::string bytes = read_whole(path);
+  size_t total = 0;
+  for (const FlatBuffer* b : bufs) total += b->bytes();
+  if (bytes.size() != total)
+    throw InputError("'" + path.string() + "' has " + std::to_string(bytes.size()) +
+                     " bytes, expected " + std::to_string(total));
+  size_t at = 0;
+  for (FlatBuffer* b : bufs) {
+    std::memcpy(b->data(), bytes.data() + at, b->bytes());
+    at += b->bytes();
+  }
+}
+
+// The optimizer's per-rank state from DIR. Saved by this world size: this rank's own files.
+// Saved by another: every saved rank's files, handed to the optimizer to keep in a form
+// valid here (Optimizer::adopt_world_change). Files missing (none saved): zeros, with a
+// warning on rank 0.
+void load_per_rank(const fs::path& dir, const json& manifest, int rank, int world, Optimizer& opt) {
+  const std::vector<StateTensor> tensors = opt.state_tensors();
+  const auto groups = per_rank_groups(tensors);
+  if (groups.empty()) return;
   const int saved_world = manifest.value("world_size", 0);
-  const fs::path file = dir / rank_file(rank);
-  if (saved_world == world && fs::is_regular_file(file)) {
-    const std::string bytes = read_whole(file);
-    const size_t half = ob.worker_error().bytes();
-    if (bytes.size() != 2 * half)
-      throw InputError("'" + file.string() + "' has " + std::to_string(bytes.size()) +
-                       " bytes, expected " + std::to_string(2 * half));
-    std::memcpy(ob.worker_error().data(), bytes.data(), half);
-    std::memcpy(ob.server_error().data(), bytes.data() + half, half);
+  const json& listed = manifest.at("files");
+  bool complete = saved_world > 0;
+  for (const auto& [name, bufs] : groups)
+    for (int r = 0; r < saved_world; ++r)
+      complete = complete && listed.contains(rank_file(name, r));
+  if (!complete) {
+    for (const StateTensor& t : tensors)
+      if (t.per_rank) t.buffer->zero();
+    if (rank == 0)
+      std::fprintf(stderr,
+                   "ringstep: warning: checkpoint '%s' holds no per-rank optimizer state of its "
+                   "%d ranks: it starts from zero\n",
+                   dir.c_str(), saved_world);
     return;
   }
-  ob.reset_errors();
-  if (rank == 0 && adam_steps >= ob.params().freeze_step)
-    std::fprintf(stderr,
-                 "ringstep: warning: checkpoint '%s' was saved by %d ranks, this run has %d: "
-                 "1-bit Adam's worker and server error buffers start from zero (what they "
-                 "held is lost; expect a small bump in the loss)\n",
-                 dir.c_str(), saved_world, world);
+  if (saved_world == world) {
+    for (const auto& [name, bufs] : groups) read_group(dir / rank_file(name, rank), bufs);
+    return;
+  }
+  std::vector<std::vector<FlatBuffer>> saved(static_cast<size_t>(saved_world));
+  for (int r = 0; r < saved_world; ++r) {
+    for (const StateTensor& t : tensors)
+      if (t.per_rank) saved[size_t(r)].emplace_back(t.buffer->size());
+    size_t k = 0;
+    for (const auto& [name, bufs] : groups) {
+      std::vector<FlatBuffer*> into;
+      for (size_t i = 0; i < bufs.size(); ++i) into.push_back(&saved[size_t(r)][k++]);
+      read_group(dir / rank_file(name, r), into);
+    }
+  }
+  opt.adopt_world_change(saved, saved_world, world);
+  if (rank == 0)
+    std::printf(
+        "resume: the optimizer's per-rank state of %d ranks is carried over to %d "
+        "(docs/optim.md)\n",
+        saved_world, world);
 }
 
 }  // namespace
@@ -292,8 +343,8 @@ std::string checkpoints_dir(const Config& cfg) { return cfg.run.out_dir + "/chec
 
 // The checkpoint's files into TMP, committed as DIR (save_checkpoint's steps).
 static void save_into(const fs::path& tmp, const fs::path& dir, const Config& cfg,
-               const FlatBuffer& params, const TrainState& state,
-               const std::vector<uint64_t>& positions, GradSync& sync) {
+                      const FlatBuffer& params, const TrainState& state,
+                      const std::vector<uint64_t>& positions, GradSync& sync) {
   const bool lead = sync.rank() == 0;
   json files;
   on_ranks(sync, lead, dir, [&] {
@@ -301,12 +352,14 @@ static void save_into(const fs::path& tmp, const fs::path& dir, const Config& cf
     fs::create_directories(tmp);
     files = write_shared(tmp, cfg, params, state, positions);
   });
-  if (state.onebit) {  // each rank writes its own error buffers into the directory rank 0 made
-    const std::string bytes = error_bytes(*state.onebit);
-    on_ranks(sync, true, dir, [&] { write_synced(tmp / rank_file(sync.rank()), bytes); });
+  // Each rank writes its own per-rank state into the directory rank 0 made.
+  for (const auto& [name, bufs] : per_rank_groups(state.optimizer->state_tensors())) {
+    std::string bytes;
+    for (const FlatBuffer* b : bufs) bytes += bytes_of(*b);
+    on_ranks(sync, true, dir, [&] { write_synced(tmp / rank_file(name, sync.rank()), bytes); });
     const std::vector<uint64_t> hashes = sync.gather(file_checksum(bytes));
     for (int r = 0; r < sync.world(); ++r)
-      files[rank_file(r)] = file_entry(bytes.size(), hashes[r]);
+      files[rank_file(name, r)] = file_entry(bytes.size(), hashes[r]);
   }
   on_ranks(sync, lead, dir, [&] {
     write_manifest(tmp, cfg, files, state.step, params.size(), sync.world());
@@ -330,7 +383,6 @@ std::string save_checkpoint(const Config& cfg, const FlatBuffer& params, const T
   }
   return dir.string();
 }
-
 
 uint64_t checkpoint_bytes(const std::string& dir) {
   const json manifest = json::parse(read_whole(fs::path(dir) / kManifest));
@@ -387,13 +439,13 @@ void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int wo
   const json manifest = verify(dir);
   check_compatible(manifest, cfg, params.size(), dir);
   read_into(fs::path(dir) / kParams, params);
-  read_into(fs::path(dir) / kAdamM, state.optimizer.m());
-  read_into(fs::path(dir) / kAdamV, state.optimizer.v());
+  for (const StateTensor& t : state.optimizer->state_tensors())
+    if (!t.per_rank) read_into(fs::path(dir) / replicated_file(t.name), *t.buffer);
   try {
     const json s = json::parse(read_whole(fs::path(dir) / kState));
     const json& ls = s.at("loss_scaler");
     state.step = s.at("step").get<int>();
-    state.optimizer.set_step_count(s.at("adam_step_count").get<int64_t>());
+    state.optimizer->set_step_count(s.at("adam_step_count").get<int64_t>());
     state.scaler.restore({ls.at("scale").get<double>(), ls.at("growth_tracker").get<int>(),
                           ls.at("hysteresis_tracker").get<int>(),
                           ls.at("consecutive_skips").get<int>(),
@@ -416,8 +468,7 @@ void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int wo
   } catch (const std::out_of_range&) {
     throw InputError("checkpoint '" + dir + "': " + kState + " lists no data position");
   }
-  if (state.onebit)
-    load_onebit_errors(dir, manifest, rank, world, *state.onebit, state.optimizer.step_count());
+  load_per_rank(dir, manifest, rank, world, *state.optimizer);
 }
 
 void check_run_dir_free(const Config& cfg) {

@@ -1,8 +1,9 @@
 // Checkpoints (docs/formats.md "Checkpoints"): RUN_DIR/checkpoints/step-N/ holds the
-// parameters, AdamW's moments and step count, the loss scaler's state, the step, every
-// rank's data-stream position and the effective config; manifest.json, written last, lists
-// every file with its size and FNV-1a 64 checksum and is what makes a checkpoint exist.
-// 1-bit Adam's error buffers differ per rank: each rank writes its own file into it.
+// parameters, the optimizer's state (its state_tensors(), optim/optimizer.h) and step count,
+// the loss scaler's state, the step, every rank's data-stream position and the effective
+// config; manifest.json, written last, lists every file with its size and checksum and is
+// what makes a checkpoint exist. Per-rank optimizer state (1-bit Adam's error buffers)
+// differs per rank: each rank writes its own file into it.
 // A run resumed from step N is bit-identical, from step N + 1 on, to one that never
 // stopped (same config and world size). Rank 0 writes; every rank reads (the run directory
 // must be on a file system every rank sees).
@@ -46,9 +47,10 @@ std::string newest_checkpoint(const std::string& checkpoints, bool warn);
 // when WARN). A PATH must verify. Throws InputError naming the path and what is wrong.
 std::string find_resume_checkpoint(const Config& cfg, bool warn);
 
-// Loads the checkpoint at DIR into PARAMS and STATE (step, moments, Adam's step count,
-// scaler, this rank's data position, this rank's 1-bit Adam error buffers: zero, with a
-// warning, when the checkpoint was saved with another world size). Throws InputError when it does
+// Loads the checkpoint at DIR into PARAMS and STATE (step, the optimizer's state and step
+// count, scaler, this rank's data position, this rank's per-rank optimizer state; saved by
+// another world size, every saved rank's, carried over by Optimizer::adopt_world_change).
+// Throws InputError when it does
 // not verify or was written for another model shape, dtype or optimizer (the message names what
 // differs). With another world size, every rank seeks to rank 0's saved position (docs/formats.md).
 void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int world,

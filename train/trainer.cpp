@@ -68,23 +68,14 @@ void inject_delay(double ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
-AdamWParams adamw_params(const Config& cfg) {
-  return {cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
-          cfg.train.weight_decay};
-}
-
 }  // namespace
 
 TrainState::TrainState(const Registry& params, const Config& cfg,
                        std::unique_ptr<DataSource> train_data)
-    : optimizer(params, adamw_params(cfg), cfg.run.device),
-      scaler(cfg.precision),
-      data(std::move(train_data)) {
-  const OneBitConfig& ob = cfg.optimizer.onebit;
-  if (cfg.optimizer.name == OptimizerKind::onebit_adam)
-    onebit = std::make_unique<OneBitAdam>(optimizer, params, adamw_params(cfg),
-                                          OneBitParams{ob.freeze_step, ob.scale, ob.scale_block});
-}
+    : scaler(cfg.precision),
+      optimizer(make_optimizer(
+          params, cfg, scaler.mode() != LossScaleMode::none || cfg.train.on_nan == OnNan::skip)),
+      data(std::move(train_data)) {}
 
 Trainer::Trainer(const Config& cfg, Communicator* comm)
     : cfg_(cfg),
@@ -128,8 +119,7 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
   f.hw_flops_per_token = f.flops_per_token + model_.recompute_flops_per_token();
   f.tokens_per_step = double(inputs_.size()) * f.world;
   f.param_bytes = model_.params().bytes();
-  f.optimizer_bytes =
-      state_.optimizer.state_bytes() + (state_.onebit ? state_.onebit->state_bytes() : 0);
+  f.optimizer_bytes = state_.optimizer->state_bytes();
   f.arena_bytes = arena_.capacity_bytes();
   f.weight_copy_bytes = model_.weight_copy_bytes();
   f.buckets = sync_.buckets().size();
@@ -185,8 +175,8 @@ OpPhaseScope Trainer::op_scope(OpPhase phase, bool traced) {
 }
 
 // One optimizer step: accumulate the gradients of grad_accum_steps micro-batches, average
-// them over ranks (not in 1-bit Adam's compressed stage: each rank keeps its own), unscale
-// and agree on inf/NaN, then update (or skip) and advance.
+// them over ranks (unless the optimizer exchanges its own state instead: each rank then
+// keeps its own), unscale and agree on inf/NaN, then update (or skip) and advance.
 Trainer::StepResult Trainer::step() {
   const std::vector<int>& w = facts_.trace_window;
   const int number = state_.step + 1;
@@ -195,9 +185,9 @@ Trainer::StepResult Trainer::step() {
   StepResult s;
   const bool op_timed = timer_.enabled() && op_every > 0 && (traced || number % op_every == 0);
   ops_ = op_timed ? &s.ops : nullptr;
-  if (state_.onebit) s.stage = state_.onebit->stage(facts_.world);
-  const bool compressed = s.stage == OneBitStage::compressed;
-  const bool under_backward = compressed && cfg_.optimizer.onebit.overlap;
+  Optimizer& opt = *state_.optimizer;
+  s.stage = opt.stage(facts_.world);
+  const bool averaged = opt.wants_allreduce(facts_.world);
   s.loss_scale = state_.scaler.scale();
   // Before the window's first step, and outside it: the moment the ranks' traces align on.
   if (traced && number == w[0]) {
@@ -206,30 +196,35 @@ Trainer::StepResult Trainer::step() {
   }
   timer_.begin_step();
   model_.grads().zero();
-  if (under_backward)  // each bucket's momentum is formed and sent as backward finishes it
-    state_.onebit->begin_compressed_step(model_.grads().data(), previous_clip_coefficient(), sync_);
+  // The optimizer's own exchange may start under backward, each part as backward finishes
+  // it, with the gradients unscaled and clipped by the previous step's coefficient.
+  const bool under_backward =
+      !averaged && opt.begin_under_backward(model_.grads().data(),
+                                            previous_clip_coefficient() / s.loss_scale, sync_);
   double loss_sum = 0;
   for (int micro = 0; micro < cfg_.train.grad_accum_steps; ++micro)
-    loss_sum += micro_batch(micro, traced, !compressed || under_backward);
+    loss_sum += micro_batch(micro, traced, averaged || under_backward);
   s.loss = loss_sum / cfg_.train.grad_accum_steps;
   const int64_t wait_start = timer_.mark();
-  if (!compressed) {
+  if (averaged) {
     s.comm = sync_.finish();  // waits; gradients averaged over ranks
     if (traced) trace_comm(s.comm, wait_start);
   }
   if (under_backward)
     timed(&PhaseTimes::optimizer, "wait comm", traced, [&] { sync_.wait_sign_sent(); });
 
-  // Agreed before anything of this step is sent in the compressed stage (unless it was
-  // sent under backward: then a bad step stops the run, see the config rules).
   const int bad_rank = unscale_and_agree(traced, s.loss);
   if (bad_rank >= 0) fault_ = numerical_fault(number, bad_rank);
   s.applied = state_.scaler.update(bad_rank >= 0);
-  s.lr = schedule_.at(int(state_.optimizer.step_count()));
-  s.grad_norm = s.applied ? timed_update(s.lr, traced, compressed, s.exchange) : NAN;
-  if (s.applied) state_.last_grad_norm = s.grad_norm;
-  if (under_backward && !s.applied) s.exchange = state_.onebit->abandon_compressed_step(sync_);
-  if (compressed) {
+  s.lr = schedule_.at(int(opt.step_count()));
+  if (s.applied) {
+    s.grad_norm = timed_update(s.lr, traced, averaged, s.exchange);
+    state_.last_grad_norm = s.grad_norm;
+  } else {
+    s.grad_norm = NAN;
+    s.exchange = opt.skip(sync_);  // a skipped step leaves the optimizer's state as it was
+  }
+  if (!averaged) {
     s.comm = sync_.take_exchange();
     timer_.add_ms(&PhaseTimes::optimizer, -s.comm.exposed_ms);  // the wait is comm_exposed
     if (traced) trace_comm(s.comm, 0);
@@ -273,14 +268,13 @@ double Trainer::micro_batch(int micro, bool traced, bool hook) {
   return loss;
 }
 
-// The update (AdamW's, or 1-bit Adam's compressed one, which waits for EXCHANGE's momenta),
-// timed as the optimizer op on an op-timed step; returns the gradient norm. The trace shows
-// it once, as the "optimizer" phase, not again as an op of the same span.
-double Trainer::timed_update(double lr, bool traced, bool compressed, SignExchange& exchange) {
+// The optimizer's update (with its own exchange, if any: EXCHANGE), timed as the optimizer
+// op on an op-timed step; returns the gradient norm. The trace shows it once, as the
+// "optimizer" phase, not again as an op of the same span.
+double Trainer::timed_update(double lr, bool traced, bool averaged, SignExchange& exchange) {
   auto ops = op_scope(OpPhase::optimizer, /*traced=*/false);
   const int64_t t0 = model_.op_clock().begin();
-  const double norm =
-      compressed ? apply_compressed(lr, traced, exchange) : apply_update(lr, traced);
+  const double norm = apply_update(lr, traced, averaged, exchange);
   model_.op_clock().end(Op::optimizer, t0, op_cost::optimizer_update(double(model_.param_count())));
   return norm;
 }
@@ -313,12 +307,24 @@ std::string Trainer::numerical_fault(int step, int rank) const {
          "train.on_nan: skip to skip such steps.";
 }
 
-// Clips by the global norm and applies AdamW; returns the norm before clipping.
-double Trainer::apply_update(double lr, bool traced) {
+// Clips by the global norm and runs the optimizer's step; returns the norm before clipping.
+// Gradients not AVERAGED (the optimizer exchanges its own state): the norm is the root mean
+// square over ranks of the local gradients' norms, one agreed coefficient (the averaged
+// gradient never exists), and the optimizer's exchange wait is moved to comm_exposed by
+// step(). An exchange begun under backward was clipped by the previous step's coefficient.
+double Trainer::apply_update(double lr, bool traced, bool averaged, SignExchange& exchange) {
   return timed(&PhaseTimes::optimizer, "optimizer", traced, [&] {
     FlatBuffer& g = model_.grads();
-    const double norm = std::sqrt(sum_squares(g));
-    state_.optimizer.step(model_.params(), g, lr, clip_coefficient(norm, cfg_.train.grad_clip));
+    double norm;
+    if (averaged) {
+      norm = std::sqrt(sum_squares(g));
+    } else {
+      float mean_sq = float(sum_squares(g.data(), g.size()));
+      sync_.average(&mean_sq, 1);
+      norm = std::sqrt(double(mean_sq));
+    }
+    exchange = state_.optimizer->step(model_.params(), g, lr,
+                                      clip_coefficient(norm, cfg_.train.grad_clip), sync_);
     return norm;
   });
 }
@@ -328,26 +334,6 @@ double Trainer::apply_update(double lr, bool traced) {
 double Trainer::previous_clip_coefficient() const {
   const double norm = state_.last_grad_norm;
   return std::isnan(norm) ? 1.0 : clip_coefficient(norm, cfg_.train.grad_clip);
-}
-
-// 1-bit Adam's compressed stage (docs/optim.md): the norm clipped is the root mean square
-// over ranks of the local gradients' norms (one agreed coefficient; the averaged gradient
-// never exists), then OneBitAdam's step, whose exchange wait step() moves to comm_exposed.
-// Under backward (optimizer.onebit.overlap) the momenta were formed with the previous
-// step's coefficient and are already on their way: only the update is left.
-double Trainer::apply_compressed(double lr, bool traced, SignExchange& exchange) {
-  return timed(&PhaseTimes::optimizer, "optimizer", traced, [&] {
-    FlatBuffer& g = model_.grads();
-    float mean_sq = float(sum_squares(g.data(), g.size()));
-    sync_.average(&mean_sq, 1);
-    const double norm = std::sqrt(double(mean_sq));
-    float* params = model_.params().data();
-    exchange = cfg_.optimizer.onebit.overlap
-                   ? state_.onebit->finish_compressed_step(params, lr, sync_)
-                   : state_.onebit->compressed_step(
-                         params, g.data(), lr, clip_coefficient(norm, cfg_.train.grad_clip), sync_);
-    return norm;
-  });
 }
 
 void Trainer::trace_comm(const GradSync::Result& comm, int64_t wait_start) {
@@ -465,7 +451,7 @@ void Trainer::save(TrainOutcome& out) {
 
 // What the outcome reports of the state the run ends in, however it ends.
 void Trainer::record_end_state(TrainOutcome& out) const {
-  out.optimizer_steps = state_.optimizer.step_count();
+  out.optimizer_steps = state_.optimizer->step_count();
   out.skipped_steps = int(state_.scaler.state().skipped_total);
   FlatBuffer host_copy;
   const FlatBuffer& params = on_host(model_.params(), host_copy);
@@ -534,7 +520,7 @@ RunEnd Trainer::run_end(const TrainOutcome& out, std::string stop_reason) const 
   end.stop_reason = std::move(stop_reason);
   end.loop_s = std::chrono::duration<double>(SteadyClock::now() - loop_start_).count();
   end.final_loss = out.losses.empty() ? totals_.last_loss : out.losses.back();
-  end.optimizer_steps = state_.optimizer.step_count();
+  end.optimizer_steps = state_.optimizer->step_count();
   end.activations_peak_bytes = arena_.peak_bytes();
   return end;
 }

@@ -19,9 +19,8 @@
 #include "core/profiler.h"
 #include "core/trace.h"
 #include "models/gpt.h"
-#include "optim/adamw.h"
 #include "optim/loss_scaler.h"
-#include "optim/onebit_adam.h"
+#include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/data.h"
 #include "train/grad_sync.h"
@@ -58,14 +57,13 @@ struct TrainState {
   // The optimizer state lives on cfg.run.device, with the parameters.
   TrainState(const Registry& params, const Config& cfg, std::unique_ptr<DataSource> train_data);
 
-  int step = 0;                        // optimizer steps done, applied or skipped
-  AdamW optimizer;                     // moments and Adam's step count (applied steps only)
-  std::unique_ptr<OneBitAdam> onebit;  // optimizer.name onebit_adam: error buffers; uses
-                                       // `optimizer` for its moments and warm-up
-  LossScaler scaler;                   // scale, hysteresis and skip counters
-  double last_grad_norm = NAN;         // of the last applied step (NaN: none yet); 1-bit Adam's
-                                       // exchange under backward clips by it
-  std::unique_ptr<DataSource> data;    // this rank's training stream
+  int step = 0;                          // optimizer steps done, applied or skipped
+  LossScaler scaler;                     // scale, hysteresis and skip counters
+  std::unique_ptr<Optimizer> optimizer;  // optimizer.name's (optim/optimizer.h): its state
+                                         // and step count (applied steps only)
+  double last_grad_norm = NAN;           // of the last applied step (NaN: none yet); an exchange
+                                         // begun under backward clips by it
+  std::unique_ptr<DataSource> data;      // this rank's training stream
 };
 
 class Trainer {
@@ -95,8 +93,8 @@ class Trainer {
     double grad_norm = 0;   // NaN when skipped
     double loss_scale = 1;  // the scale backward ran with
     bool applied = false;
-    std::optional<OneBitStage> stage;  // 1-bit Adam runs only
-    SignExchange exchange;             // the compressed stage's exchange, if it ran
+    std::optional<OneBitStage> stage;  // compressed optimizers only
+    SignExchange exchange;             // the optimizer's own exchange, if it ran
     GradSync::Result comm;
     PhaseTimes times;
     OpProfile ops;  // filled on op-timed steps (profile.op_every, traced steps)
@@ -106,10 +104,9 @@ class Trainer {
   double micro_batch(int micro, bool traced, bool hook);
   int unscale_and_agree(bool traced, double loss);
   std::string numerical_fault(int step, int rank) const;
-  double apply_update(double lr, bool traced);
-  double apply_compressed(double lr, bool traced, SignExchange& exchange);
+  double apply_update(double lr, bool traced, bool averaged, SignExchange& exchange);
   double previous_clip_coefficient() const;
-  double timed_update(double lr, bool traced, bool compressed, SignExchange& exchange);
+  double timed_update(double lr, bool traced, bool averaged, SignExchange& exchange);
   // Times F as phase FIELD (and, in the trace window, as span NAME); returns what F returns.
   template <class F>
   auto timed(double PhaseTimes::*field, const char* name, bool traced, F&& f);

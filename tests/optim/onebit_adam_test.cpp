@@ -37,7 +37,7 @@ struct SignReducer final : Reducer {
         se[i] += 1.0f;
         buf[i] = q;
       }
-      finish(b, e);
+      if (finish) finish(b, e);
     }
     ++calls;
     return {n / 8, 1.0, 4.0};
@@ -60,8 +60,8 @@ struct Fixture {
 
 TEST(OneBitAdam, CompressedStepUsesFrozenVarianceAndTheExchangedMomentum) {
   Fixture f;
-  AdamW adam(f.reg, f.hp);
-  OneBitAdam ob(adam, f.reg, f.hp, {2, OneBitScale::l2, 7});
+  OneBitAdam ob(f.reg, f.hp, {2, OneBitScale::l2, 7});
+  AdamW& adam = ob.adam();
   std::mt19937 gen(3);
   std::normal_distribution<float> nd;
   FlatBuffer p(f.reg.total_numel()), g(f.reg.total_numel());
@@ -102,8 +102,8 @@ TEST(OneBitAdam, CompressedStepUsesFrozenVarianceAndTheExchangedMomentum) {
 // momentum and error buffers stay 0 and only weight decay moves it.
 TEST(OneBitAdam, ZeroVarianceCoordinatesGetNoMomentumStep) {
   Fixture f;
-  AdamW adam(f.reg, f.hp);
-  OneBitAdam ob(adam, f.reg, f.hp, {1, OneBitScale::mean_abs});
+  OneBitAdam ob(f.reg, f.hp, {1, OneBitScale::mean_abs});
+  AdamW& adam = ob.adam();
   FlatBuffer p(f.reg.total_numel()), g(f.reg.total_numel());
   for (size_t i = 0; i < p.size(); ++i) p.data()[i] = 1.0f;
   const size_t dead = f.reg.find("w").offset + 4, bias = f.reg.find("b").offset + 1;
@@ -122,6 +122,67 @@ TEST(OneBitAdam, ZeroVarianceCoordinatesGetNoMomentumStep) {
     EXPECT_EQ(ob.server_error().data()[i], 0.0f);
   }
   EXPECT_EQ(ob.worker_error().data()[0], 1.0f) << "live coordinates keep their error";
+}
+
+std::vector<float> values(const FlatBuffer& b) { return {b.data(), b.data() + b.size()}; }
+
+// An exchange begun under backward and then skipped (an overflow found after the momenta
+// were sent) leaves the momentum, both error buffers, v and the step count as they were, bit
+// for bit; without may_skip the step's values stay (the documented cost of not keeping them).
+TEST(OneBitAdam, SkipUnderBackwardRestoresMomentumAndBothErrors) {
+  Fixture f;
+  for (bool may_skip : {true, false}) {
+    OneBitAdam ob(f.reg, f.hp, {1, OneBitScale::mean_abs, 0, true, may_skip});
+    FlatBuffer p(f.reg.total_numel()), g(f.reg.total_numel());
+    for (size_t i = 0; i < g.size(); ++i) g.data()[i] = 0.1f * float(i % 7) - 0.25f;
+    ob.adam().step(p.data(), g.data(), 1e-2, 1.0);
+    SignReducer red;
+    ASSERT_TRUE(ob.begin_under_backward(g.data(), 1.0, red));
+    ob.step(p, g, 1e-2, 1.0, red);  // one applied step: the error buffers are non-zero
+    const auto m = values(ob.adam().m()), v = values(ob.adam().v());
+    const auto ew = values(ob.worker_error()), es = values(ob.server_error());
+    const auto params = values(p);
+    ASSERT_TRUE(ob.begin_under_backward(g.data(), 1.0, red));
+    g.data()[3] = NAN;  // read by the reducer once backward reports its part ready
+    ob.skip(red);
+    EXPECT_EQ(red.calls, 2) << "the skipped step's exchange still completes (a collective)";
+    EXPECT_EQ(ob.step_count(), 2);
+    EXPECT_EQ(values(p), params);
+    EXPECT_EQ(values(ob.adam().v()), v);
+    if (!may_skip) {
+      EXPECT_NE(values(ob.worker_error()), ew);
+      continue;
+    }
+    EXPECT_EQ(values(ob.adam().m()), m);
+    EXPECT_EQ(values(ob.worker_error()), ew);
+    EXPECT_EQ(values(ob.server_error()), es);
+  }
+}
+
+// Resuming on another world size keeps mean_r e_w + e_s: every new rank's worker error is
+// the old ranks' mean worker error plus the sum of their server buffers (each holds its
+// own chunks, zeros elsewhere), and the server error starts at 0.
+TEST(OneBitAdam, WorldChangeFoldsTheServerErrorIntoTheMeanWorkerError) {
+  Fixture f;
+  OneBitAdam ob(f.reg, f.hp, {1, OneBitScale::mean_abs});
+  const size_t n = f.reg.total_numel();
+  std::vector<std::vector<FlatBuffer>> saved(3);
+  for (int r = 0; r < 3; ++r) {
+    saved[r].emplace_back(n);
+    saved[r].emplace_back(n);
+    for (size_t i = 0; i < n; ++i) {
+      saved[r][0].data()[i] = float(r + 1) * 0.25f - float(i) * 0.01f;
+      saved[r][1].data()[i] = i % 3 == size_t(r) ? 0.5f + float(i) : 0.0f;  // r's chunk
+    }
+  }
+  ob.server_error().data()[0] = 9.0f;
+  ob.adopt_world_change(saved, 3, 2);
+  for (size_t i = 0; i < n; ++i) {
+    const float mean_w =
+        (saved[0][0].data()[i] + saved[1][0].data()[i] + saved[2][0].data()[i]) * (1.0f / 3);
+    EXPECT_EQ(ob.worker_error().data()[i], mean_w + (0.5f + float(i))) << i;
+    EXPECT_EQ(ob.server_error().data()[i], 0.0f) << i;
+  }
 }
 
 TEST(OneBitAdam, WarnsWhenItWillRunAsPlainAdam) {
