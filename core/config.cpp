@@ -101,8 +101,8 @@ struct Reader {
       if (key->action && !command_line)
         throw InputError(at(node.Mark(), fixed) + ": '" + path +
                          "' is an action of one command, not part of an experiment: give it on "
-                         "the command line (--set " + path +
-                         "=true) so that a saved config never repeats it");
+                         "the command line (--set " +
+                         path + "=true) so that a saved config never repeats it");
       try {
         key->decode(node, cfg);
       } catch (const config_schema::NodeError& e) {
@@ -208,27 +208,6 @@ void check_cross_fields(const Config& c, const Reader& reader) {
     reader.fail({"precision.loss_scale.min_scale", "precision.loss_scale.initial"},
                 "'precision.loss_scale.min_scale' (" + num(ls.min_scale) +
                     ") must be <= 'precision.loss_scale.initial' (" + num(ls.initial) + ")");
-  }
-  // 1-bit Adam's exchange under backward sends each bucket before the step's gradients are
-  // all known: nothing may need them first (docs/optim.md).
-  const OneBitConfig& ob = c.optimizer.onebit;
-  if (c.optimizer.name == OptimizerKind::onebit_adam && ob.overlap) {
-    const char* why =
-        ": the exchange under backward sends momenta before the step's gradients "
-        "are all known";
-    if (!c.comm.overlap)
-      reader.fail({"optimizer.onebit.overlap", "comm.overlap"},
-                  std::string("'optimizer.onebit.overlap' needs 'comm.overlap: true' (backward's "
-                              "layer hook starts the buckets)"));
-    if (resolved_loss_scale_mode(c.precision) != LossScaleMode::none)
-      reader.fail({"optimizer.onebit.overlap", "precision.loss_scale.mode", "precision.dtype"},
-                  std::string("'optimizer.onebit.overlap' needs no loss scaling (bf16 or fp32, "
-                              "or precision.loss_scale.mode: none)") +
-                      why + ", and a loss-scaled step must agree on overflow before it sends");
-    if (c.train.on_nan == OnNan::skip)
-      reader.fail({"optimizer.onebit.overlap", "train.on_nan"},
-                  std::string("'optimizer.onebit.overlap' needs 'train.on_nan: stop'") + why +
-                      ", so a step with inf/NaN cannot be skipped with the momentum untouched");
   }
   // What the GPU trainer does not run yet (docs/gpu.md).
   if (c.run.device == Device::cuda && c.optimizer.name == OptimizerKind::onebit_adam) {

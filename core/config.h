@@ -171,7 +171,7 @@ struct OneBitConfig {
   int freeze_step = 60;
   OneBitScale scale = OneBitScale::mean_abs;
   int scale_block = 0;   // elements per scale inside a tensor; 0 = one scale per tensor
-  bool overlap = false;  // exchange under backward, clipped by the previous step's norm
+  bool overlap = true;  // exchange under backward, clipped by the previous step's norm
 
   bool operator==(const OneBitConfig&) const = default;
 };

@@ -503,21 +503,14 @@ TEST(Config, OneBitScaleTypoNamesTheNearestAndFreezeStepIsAtLeastOne) {
       OneBitScale::l2);
 }
 
-// The exchange under backward refuses what would need the step's gradients before it sends:
-// each rule names its key and says why; without onebit_adam the key is inert.
-TEST(Config, OneBitOverlapRefusesLossScalingSkipsAndNoOverlap) {
-  const std::string ob = "optimizer:\n  name: onebit_adam\n  onebit: {overlap: true}\n";
-  EXPECT_EQ(parse(ob + "precision: {dtype: bf16}\n").optimizer.onebit.overlap, true);
-  const std::string fp16 = error_of(ob + "precision: {dtype: fp16}\n");
-  EXPECT_TRUE(fp16.starts_with("x.yaml:3:") &&
-              fp16.find("needs no loss scaling") != std::string::npos)
-      << fp16;
-  const std::string skip = error_of(ob + "train: {on_nan: skip}\n");
-  EXPECT_NE(skip.find("needs 'train.on_nan: stop'"), std::string::npos) << skip;
-  const std::string no_overlap = error_of(ob + "comm: {overlap: false}\n");
-  EXPECT_NE(no_overlap.find("needs 'comm.overlap: true'"), std::string::npos) << no_overlap;
-  EXPECT_NO_THROW(parse("optimizer: {onebit: {overlap: true}}\nprecision: {dtype: fp16}\n"))
-      << "AdamW ignores the 1-bit keys";
+// The exchange under backward is the default and takes loss scaling, on_nan: skip and
+// comm.overlap: false (then it starts after backward) without a refusal.
+TEST(Config, OneBitOverlapIsTheDefaultAndRefusesNothing) {
+  const std::string ob = "optimizer:\n  name: onebit_adam\n";
+  EXPECT_TRUE(parse(ob).optimizer.onebit.overlap);
+  EXPECT_TRUE(parse(ob + "precision: {dtype: fp16}\n").optimizer.onebit.overlap);
+  EXPECT_NO_THROW(parse(ob + "train: {on_nan: skip}\n"));
+  EXPECT_NO_THROW(parse(ob + "comm: {overlap: false}\n"));
 }
 
 TEST(Config, EmittedYamlListsEveryKeyInDesignOrder) {

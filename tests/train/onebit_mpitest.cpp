@@ -3,7 +3,8 @@
 // holds the same parameters bit for bit, the records show the stage, the bytes and the
 // compression error; a run resumed inside the compression stage is bit-identical to one
 // that never stopped; an fp16 overflow skipped in the compression stage leaves the
-// parameters, both moments and both error buffers exactly as they were.
+// parameters, both moments and both error buffers exactly as they were, with the exchange
+// under backward and after it; a resume on another world size keeps the compressed error.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,8 +15,11 @@
 #include <vector>
 
 #include "core/files.h"
+#include "models/gpt.h"
 #include "mpi/mpitest_main.h"
+#include "train/checkpoint.h"
 #include "train/checkpoint_run.h"
+#include "train/data.h"
 #include "train/small_run.h"
 #include "train/trainer.h"
 
@@ -150,23 +154,79 @@ void ExpectSameState(const fs::path& before, const fs::path& after) {
   }
 }
 
-TEST(OneBitFp16, SkipInTheCompressionStageLeavesEveryBufferUntouched) {
-  const fs::path dir = fresh_dir("skip");
+// With the exchange under backward (the default) the momenta of a step that overflows are
+// formed and sent before the overflow is known; skipping it must still leave every buffer as
+// it was. After backward, nothing of the step is sent.
+class OneBitFp16 : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Overlap, OneBitFp16, ::testing::Bool());
+
+TEST_P(OneBitFp16, SkipInTheCompressionStageLeavesEveryBufferUntouched) {
+  const fs::path dir = fresh_dir(GetParam() ? "skip_under" : "skip_after");
   Config cfg = ringstep::testing::Fp16Dynamic(OneBitRun(dir.string(), 30, 2));
+  cfg.optimizer.onebit.overlap = GetParam();
   cfg.checkpoint.every = 1;
   cfg.checkpoint.keep = 100;
   train(cfg, &world());
   world().barrier();
   if (world().rank() != 0) return;
-  int checked = 0;
+  int checked = 0, applied = 0;
   for (const auto& rec : records(dir)) {
-    if (!rec["skipped"].get<bool>() || rec["stage"] != "compressed") continue;
+    if (rec["stage"] != "compressed") continue;
+    if (!rec["skipped"].get<bool>()) {
+      ++applied;
+      continue;
+    }
     const int n = rec["step"];
     const fs::path ckpt = dir / "checkpoints";
     ExpectSameState(ckpt / ("step-" + std::to_string(n - 1)), ckpt / ("step-" + std::to_string(n)));
     ++checked;
   }
   EXPECT_GT(checked, 0) << "no overflow fell in the compression stage";
+  EXPECT_GT(applied, 0) << "no compressed step was applied";
+}
+
+// A resume on another world size keeps the error feedback's mean_r e_w + e_s: every rank's
+// worker error is the saved ranks' mean worker error plus the sum of their server buffers,
+// and the server error is 0. Checked on the checkpoint of a run on this world, loaded as
+// rank 0 of one rank and as the last rank of one more.
+TEST(OneBitWorldChange, ResumeOnAnotherWorldSizeKeepsTheCompressedError) {
+  const fs::path dir = fresh_dir("world_change");
+  Config cfg = OneBitRun(dir.string(), 10, 4);
+  cfg.checkpoint.every = 10;
+  train(cfg, &world());
+  world().barrier();
+  if (world().rank() != 0) return;
+  const int n = world().size();
+  const fs::path ckpt = dir / "checkpoints" / "step-10";
+  Gpt model(cfg.model);
+  const size_t count = model.registry().total_numel();
+  std::vector<float> sum_w(count, 0.0f), sum_s(count, 0.0f);
+  for (int r = 0; r < n; ++r) {
+    const std::string bytes = read_regular_file(
+        (ckpt / ("onebit-rank-" + std::to_string(r) + ".bin")).string(), kNoSizeLimit, "t");
+    ASSERT_EQ(bytes.size(), 2 * count * sizeof(float));
+    const float* f = reinterpret_cast<const float*>(bytes.data());
+    for (size_t i = 0; i < count; ++i) {
+      sum_w[i] += f[i];
+      sum_s[i] += f[count + i];
+    }
+  }
+  bool any_server = false;
+  for (float v : sum_s) any_server = any_server || v != 0.0f;
+  ASSERT_TRUE(any_server) << "the saved server errors are all zero: nothing to keep";
+  for (const auto& [rank, new_world] : {std::pair{0, 1}, std::pair{n, n + 1}}) {
+    TrainState state(model.registry(), cfg, make_data_source(cfg, "train", rank, new_world));
+    FlatBuffer params(count);
+    load_checkpoint(ckpt.string(), cfg, rank, new_world, params, state);
+    const std::vector<StateTensor> t = state.optimizer->state_tensors();
+    ASSERT_EQ(t.size(), 4u);
+    EXPECT_EQ(state.optimizer->step_count(), 10);
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(t[2].buffer->data()[i], sum_w[i] * (1.0f / float(n)) + sum_s[i])
+          << "worker error " << i << " on " << new_world << " ranks";
+      ASSERT_EQ(t[3].buffer->data()[i], 0.0f) << "server error " << i;
+    }
+  }
 }
 
 }  // namespace
