@@ -64,6 +64,14 @@ constexpr auto enum_names(OptimizerKind) {
   return std::to_array<EnumName<OptimizerKind>>(
       {{OptimizerKind::adamw, "adamw"}, {OptimizerKind::onebit_adam, "onebit_adam"}});
 }
+// Whether 1-bit Adam compresses after its warm-up: auto measures, in the warm-up, what the
+// uncompressed exchange costs and what compressing would, and compresses only where it pays.
+enum class OneBitCompress { auto_, always, never };
+constexpr auto enum_names(OneBitCompress) {
+  return std::to_array<EnumName<OneBitCompress>>({{OneBitCompress::auto_, "auto"},
+                                                  {OneBitCompress::always, "always"},
+                                                  {OneBitCompress::never, "never"}});
+}
 enum class OneBitScale { mean_abs, l2 };
 constexpr auto enum_names(OneBitScale) {
   return std::to_array<EnumName<OneBitScale>>(
@@ -172,6 +180,7 @@ struct OneBitConfig {
   OneBitScale scale = OneBitScale::mean_abs;
   int scale_block = 0;   // elements per scale inside a tensor; 0 = one scale per tensor
   bool overlap = true;  // exchange under backward, clipped by the previous step's norm
+  OneBitCompress compress = OneBitCompress::auto_;
 
   bool operator==(const OneBitConfig&) const = default;
 };

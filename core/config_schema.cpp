@@ -358,6 +358,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(optimizer.onebit.scale), choice<OneBitScale>(), "1-bit Adam: scale of the sign code, one per scale block per message; mean_abs = mean absolute value (least L2 error, the default), l2 = L2 norm / sqrt(n) (DeepSpeed)"),
   key(KEY(optimizer.onebit.scale_block), number<int>(at_least(0)), "1-bit Adam: elements that share one scale, in blocks from each tensor's start; 0 = one scale per tensor. Each block costs 32 bits per message: 32/scale_block bits per element on top of the 1-bit code"),
   key(KEY(optimizer.onebit.overlap), boolean(), "1-bit Adam: start each bucket's compressed exchange during backward, as AdamW's buckets are (with comm.overlap); the clip coefficient is then the previous step's (this step's norm is known only after backward), and a skipped step (loss scaling, on_nan: skip) puts the momentum and both error buffers back. false = exchange after backward, clipped by this step's norm"),
+  key(KEY(optimizer.onebit.compress), choice<OneBitCompress>(), "1-bit Adam: compress after the warm-up always, never (AdamW throughout), or auto: from the warm-up's measured exposed AllReduce time against the measured cost of coding (and the compressed exchange's predicted exposed time), compress only where that is less; the log says which way and why (docs/optim.md)"),
 
   key(KEY(comm.backend), choice<CommBackend>({CommBackend::nccl}), "transport"),
   key(KEY(comm.allreduce), choice<AllreduceAlgo>(), "ring = ringstep's ring AllReduce; native = the library's"),

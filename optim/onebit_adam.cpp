@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace ringstep {
 
@@ -14,8 +17,10 @@ OneBitAdam::OneBitAdam(const Registry& reg, const AdamWParams& hp, const OneBitP
       hp_(hp),
       ob_(ob),
       worker_error_(reg.total_numel()),
-      server_error_(reg.total_numel()) {
+      server_error_(reg.total_numel()),
+      choice_(1) {
   reset_errors();
+  choice_.zero();
   if (ob_.under_backward && ob_.may_skip) {
     kept_m_ = FlatBuffer(reg.total_numel());
     kept_worker_ = FlatBuffer(reg.total_numel());
@@ -28,21 +33,73 @@ void OneBitAdam::reset_errors() {
   server_error_.zero();
 }
 
+std::optional<bool> OneBitAdam::compressing() const {
+  if (ob_.compress != OneBitCompress::auto_ || choice_.data()[0] == 0.0f) return std::nullopt;
+  return choice_.data()[0] > 0.0f;
+}
+
 std::optional<OneBitStage> OneBitAdam::stage(int world) const {
-  return world > 1 && adam_.step_count() >= ob_.freeze_step ? OneBitStage::compressed
-                                                            : OneBitStage::warmup;
+  const bool after_warmup = world > 1 && adam_.step_count() >= ob_.freeze_step;
+  const bool compress = ob_.compress == OneBitCompress::always ||
+                        (ob_.compress == OneBitCompress::auto_ && compressing().value_or(true));
+  return after_warmup && compress ? OneBitStage::compressed : OneBitStage::warmup;
+}
+
+double CompressChoice::compressed_exposed_ms() const {
+  const double in_flight = sent_bytes > 0 ? comm_ms * sign_bytes / sent_bytes : 0.0;
+  return std::max(0.0, in_flight - (comm_ms - exposed_ms));
+}
+
+std::string CompressChoice::describe(int64_t from_step) const {
+  char line[400];
+  std::snprintf(line, sizeof line,
+                "1-bit Adam (compress: auto): %s from step %lld: the fp32 AllReduce left %.1f ms "
+                "a step exposed; coding costs %.1f ms and the 1-bit exchange (1/%.0f of the "
+                "bytes) would leave %.1f ms exposed",
+                compress() ? "compressing" : "not compressing (AdamW goes on)",
+                static_cast<long long>(from_step), exposed_ms, code_ms,
+                sign_bytes > 0 ? sent_bytes / sign_bytes : 0.0, compressed_exposed_ms());
+  return line;
+}
+
+std::string OneBitAdam::take_note() { return std::exchange(note_, ""); }
+
+void OneBitAdam::observe_warmup(Reducer& reducer) {
+  if (ob_.compress != OneBitCompress::auto_ || reducer.world() == 1 || compressing().has_value())
+    return;
+  warmup_costs_.push_back(reducer.last_gradient_exchange());
+  if (adam_.step_count() < ob_.freeze_step) return;
+  // The median of the warm-up's steps after the first two (cold), where there are more.
+  std::vector<ExchangeCost> c = warmup_costs_;
+  if (c.size() > 2) c.erase(c.begin(), c.begin() + 2);
+  auto median = [&c](auto field) {
+    std::vector<double> v;
+    for (const ExchangeCost& e : c) v.push_back(double(e.*field));
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const SignCost code = reducer.measure_sign_code(adam_.m().data(), adam_.m().size(),
+                                                  SignCode{ob_.scale, size_t(ob_.scale_block)});
+  float agreed[5] = {
+      float(median(&ExchangeCost::exposed_ms)), float(median(&ExchangeCost::comm_ms)),
+      float(median(&ExchangeCost::sent_bytes)), float(code.sent_bytes), float(code.code_ms)};
+  reducer.average(agreed, 5);
+  const CompressChoice choice{agreed[0], agreed[1], agreed[2], agreed[3], agreed[4]};
+  choice_.data()[0] = choice.compress() ? 1.0f : -1.0f;
+  note_ = choice.describe(adam_.step_count() + 1);
 }
 
 std::vector<StateTensor> OneBitAdam::state_tensors() {
   std::vector<StateTensor> out = adam_.state_tensors();
+  out.push_back({"onebit_choice", &choice_, false, true});
   out.push_back({"onebit", &worker_error_, true});
   out.push_back({"onebit", &server_error_, true});
   return out;
 }
 
 size_t OneBitAdam::state_bytes() const {
-  return adam_.state_bytes() + worker_error_.bytes() + server_error_.bytes() + kept_m_.bytes() +
-         kept_worker_.bytes() + kept_server_.bytes();
+  return adam_.state_bytes() + choice_.bytes() + worker_error_.bytes() + server_error_.bytes() +
+         kept_m_.bytes() + kept_worker_.bytes() + kept_server_.bytes();
 }
 
 void OneBitAdam::adopt_world_change(const std::vector<std::vector<FlatBuffer>>& saved, int, int) {
@@ -133,6 +190,7 @@ SignExchange OneBitAdam::step(FlatBuffer& params, const FlatBuffer& grads, doubl
   if (!in_flight_) {
     if (*stage(reducer.world()) == OneBitStage::warmup) {
       adam_.step(params, grads, lr, grad_scale);
+      observe_warmup(reducer);
       return {};
     }
     return compressed_step(params.data(), grads.data(), lr, grad_scale, reducer);

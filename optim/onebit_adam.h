@@ -37,6 +37,21 @@ struct OneBitParams {
   // A step begun under backward may be skipped (loss scaling, or train.on_nan: skip): keep
   // what each part held before it was sent, so that skip() can put it back.
   bool may_skip = false;
+  // always; never (AdamW throughout); auto: decided at the end of the warm-up (decide_compress).
+  OneBitCompress compress = OneBitCompress::always;
+};
+
+// compress: auto's decision from the warm-up's measurements, agreed over ranks (docs/optim.md,
+// "When compressing pays"): compressing removes the fp32 AllReduce's exposed time and adds
+// the coding's time plus what of the 1-bit exchange would not fit where the fp32 one was
+// hidden (its time in flight scaled by the bytes).
+struct CompressChoice {
+  double exposed_ms = 0, comm_ms = 0;  // the fp32 AllReduce's, median of the warm-up steps
+  double sent_bytes = 0, sign_bytes = 0;
+  double code_ms = 0;
+  double compressed_exposed_ms() const;
+  bool compress() const { return exposed_ms > code_ms + compressed_exposed_ms(); }
+  std::string describe(int64_t from_step) const;  // the log line
 };
 
 class OneBitAdam final : public Optimizer {
@@ -71,6 +86,7 @@ class OneBitAdam final : public Optimizer {
   void adopt_world_change(const std::vector<std::vector<FlatBuffer>>& saved, int saved_world,
                           int world) override;
   size_t state_bytes() const override;
+  std::string take_note() override;
 
   // One compression-stage step on this rank's own (not averaged) gradients, multiplied by
   // GRAD_SCALE first; collective through REDUCER. Each part the reducer hands over gets its
@@ -78,6 +94,9 @@ class OneBitAdam final : public Optimizer {
   // arithmetic of one part overlaps another's exchange.
   SignExchange compressed_step(float* params, const float* grads, double lr, double grad_scale,
                                Reducer& reducer);
+
+  // compress: auto's decision, once made (nullopt before, and for always and never).
+  std::optional<bool> compressing() const;
 
   AdamW& adam() { return adam_; }
   const AdamW& adam() const { return adam_; }
@@ -90,6 +109,9 @@ class OneBitAdam final : public Optimizer {
 
  private:
   void begin_exchange(const float* grads, float grad_scale, Reducer& reducer);
+  // compress: auto, after a warm-up step: keeps its exchange's cost and, at the last one,
+  // decides (a collective: the measurements are averaged over ranks).
+  void observe_warmup(Reducer& reducer);
   // Both work on elements [begin, end), the part of the vector the reducer hands over.
   void local_momentum(const float* grads, float grad_scale, size_t begin, size_t end);
   void apply(float* params, double lr, size_t begin, size_t end);
@@ -102,6 +124,11 @@ class OneBitAdam final : public Optimizer {
   // may_skip: m, worker and server error as they were before the step in flight.
   FlatBuffer kept_m_, kept_worker_, kept_server_;
   bool in_flight_ = false;  // an exchange begun under backward awaits step() or skip()
+  // compress: auto: the decision (one float: 0 undecided, 1 compress, -1 not), checkpointed,
+  // and the warm-up's measurements since this process started.
+  FlatBuffer choice_;
+  std::vector<ExchangeCost> warmup_costs_;
+  std::string note_;
 };
 
 }  // namespace ringstep

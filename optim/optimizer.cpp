@@ -15,10 +15,11 @@ std::unique_ptr<Optimizer> make_optimizer(const Registry& reg, const Config& cfg
       return std::make_unique<AdamW>(reg, hp, cfg.run.device);
     case OptimizerKind::onebit_adam: {
       const OneBitConfig& ob = cfg.optimizer.onebit;
-      return std::make_unique<OneBitAdam>(reg, hp,
-                                          OneBitParams{ob.freeze_step, ob.scale, ob.scale_block,
-                                                       ob.overlap && cfg.comm.overlap, may_skip},
-                                          cfg.run.device);
+      return std::make_unique<OneBitAdam>(
+          reg, hp,
+          OneBitParams{ob.freeze_step, ob.scale, ob.scale_block, ob.overlap && cfg.comm.overlap,
+                       may_skip, ob.compress},
+          cfg.run.device);
     }
   }
   throw std::logic_error("make_optimizer: unknown optimizer");

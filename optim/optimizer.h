@@ -37,6 +37,7 @@ struct StateTensor {
   std::string name;
   FlatBuffer* buffer = nullptr;
   bool per_rank = false;
+  bool optional = false;  // absent from older checkpoints: then left as constructed
 };
 
 class Optimizer {
@@ -76,6 +77,9 @@ class Optimizer {
                                   int saved_world, int world);
   // Bytes of state_tensors() and any scratch the optimizer holds.
   virtual size_t state_bytes() const = 0;
+  // A line for the run's log about a choice the optimizer made in the last step (1-bit
+  // Adam's compress: auto), once; "" when there is none. The same on every rank.
+  virtual std::string take_note() { return ""; }
 };
 
 // The optimizer CFG.optimizer names, its state on CFG.run.device, laid out by REG (which

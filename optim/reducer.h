@@ -31,6 +31,20 @@ struct SignExchange {
   double worker_sq_norm = 0;  // ||z||^2, z = buf + worker_error
 };
 
+// What the gradient AllReduce of the current step cost this rank (GradSync::finish's
+// measurement; zeros with one rank or when none ran).
+struct ExchangeCost {
+  double comm_ms = 0;     // time in flight
+  double exposed_ms = 0;  // time the training thread waited for it
+  size_t sent_bytes = 0;  // bytes this rank put on the links
+};
+
+// What coding a vector for sign_average costs this rank, measured without an exchange.
+struct SignCost {
+  double code_ms = 0;     // the worker stage and the output's decoding, every part
+  size_t sent_bytes = 0;  // what sign_average would send from this rank
+};
+
 class Reducer {
  public:
   virtual ~Reducer() = default;
@@ -63,6 +77,15 @@ class Reducer {
   virtual void begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
                                   const SignCode& code, Part prepare) = 0;
   virtual SignExchange finish_sign_average(const Part& finish) = 0;
+
+  // For an optimizer that decides whether compressing pays (1-bit Adam's compress: auto).
+  // Local, not collectives; the defaults measure nothing.
+  virtual ExchangeCost last_gradient_exchange() const { return {}; }
+  // Codes BUF[0, n) (left unchanged) as sign_average would, into scratch buffers, and times
+  // it; between sign_average calls only.
+  virtual SignCost measure_sign_code(const float* /*buf*/, size_t /*n*/, const SignCode&) {
+    return {};
+  }
 };
 
 }  // namespace ringstep

@@ -439,8 +439,11 @@ void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int wo
   const json manifest = verify(dir);
   check_compatible(manifest, cfg, params.size(), dir);
   read_into(fs::path(dir) / kParams, params);
-  for (const StateTensor& t : state.optimizer->state_tensors())
-    if (!t.per_rank) read_into(fs::path(dir) / replicated_file(t.name), *t.buffer);
+  for (const StateTensor& t : state.optimizer->state_tensors()) {
+    const std::string file = replicated_file(t.name);
+    if (t.per_rank || (t.optional && !manifest.at("files").contains(file))) continue;
+    read_into(fs::path(dir) / file, *t.buffer);
+  }
   try {
     const json s = json::parse(read_whole(fs::path(dir) / kState));
     const json& ls = s.at("loss_scaler");

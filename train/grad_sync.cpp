@@ -133,6 +133,7 @@ GradSync::Result GradSync::finish() {
   });
   Result r = collect_spans();
   r.sent_bytes = size_t(double(r.bytes) * 2.0 * (world_ - 1) / world_);
+  last_gradient_ = {r.comm_ms, r.exposed_ms, r.sent_bytes};
   return r;
 }
 
@@ -163,16 +164,37 @@ void GradSync::begin_sign_average(float* buf, float* worker_error, float* server
   if (buckets_.empty() || n != buckets_.front().end)
     throw std::logic_error("sign_average: " + std::to_string(n) +
                            " elements, not the parameters GradSync was set up for");
-  if (sign_calls_.size() != buckets_.size() || sign_code_.block != code.block ||
-      sign_code_.scale != code.scale) {
-    sign_calls_.clear();
-    for (const Bucket& k : buckets_) {
-      const size_t len = k.end - k.begin;
-      sign_calls_.emplace_back(len, split_segments(k.tensor_ends, len, code.block), world_, rank_,
-                               code.scale);
-    }
-    sign_code_ = code;
+  set_sign_code(code);
+}
+
+void GradSync::set_sign_code(const SignCode& code) {
+  if (sign_calls_.size() == buckets_.size() && sign_code_.block == code.block &&
+      sign_code_.scale == code.scale)
+    return;
+  sign_calls_.clear();
+  for (const Bucket& k : buckets_) {
+    const size_t len = k.end - k.begin;
+    sign_calls_.emplace_back(len, split_segments(k.tensor_ends, len, code.block), world_, rank_,
+                             code.scale);
   }
+  sign_code_ = code;
+}
+
+SignCost GradSync::measure_sign_code(const float* buf, size_t n, const SignCode& code) {
+  if (world_ == 1 || sign_.active || buckets_.empty() || n != buckets_.front().end) return {};
+  set_sign_code(code);
+  FlatBuffer error(n), out(n);
+  error.zero();
+  out.zero();  // its pages touched outside the clock
+  SignCost cost;
+  const int64_t t0 = steady_now_ns();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& k = buckets_[b];
+    cost.sent_bytes += sign_calls_[b].encode(buf + k.begin, error.data() + k.begin).bytes_sent;
+    sign_calls_[b].decode(out.data() + k.begin);
+  }
+  cost.code_ms = double(steady_now_ns() - t0) / 1e6;
+  return cost;
 }
 
 // Bucket b of the sign_average in progress: prepared and encoded on this thread, its exchange

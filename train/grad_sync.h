@@ -115,6 +115,9 @@ class GradSync final : public Reducer {
   void begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
                           const SignCode& code, Part prepare) override;
   SignExchange finish_sign_average(const Part& finish) override;
+  // Reducer: finish()'s last measurement; one encode and decode of every bucket.
+  ExchangeCost last_gradient_exchange() const override { return last_gradient_; }
+  SignCost measure_sign_code(const float* buf, size_t n, const SignCode& code) override;
   // Between begin and finish: starts the buckets the layer hook has not, and waits for every
   // bucket, timed as the exchange's wait, so that the bookkeeping collectives queued next do
   // not wait behind them.
@@ -132,6 +135,8 @@ class GradSync final : public Reducer {
 
  private:
   void enqueue_bucket(size_t b);
+  // One SignAllreduce per bucket for CODE (kept while the code stays the same).
+  void set_sign_code(const SignCode& code);
   void start_sign_bucket(size_t b);
   // Fills VIEW's busy-time fields and straggler from every rank's busy time (kStraggler*).
   void find_straggler(const std::vector<double>& busy, StepView& view);
@@ -171,6 +176,7 @@ class GradSync final : public Reducer {
   } sign_;
   std::vector<Interval> waits_;  // the training thread's waits since the last collect
   size_t exchange_sent_bytes_ = 0;
+  ExchangeCost last_gradient_;
 };
 
 }  // namespace ringstep

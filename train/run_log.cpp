@@ -105,9 +105,9 @@ void print_optimizer_header(const Config& cfg, const RunFacts& f) {
   const std::string per =
       ob.scale_block > 0 ? std::to_string(ob.scale_block) + " elements" : std::string("tensor");
   std::printf(
-      "  optimizer  1-bit Adam: AdamW (gradients by %s) for %d steps, then 1-bit momentum "
-      "(own sign transport, scale %s per %s, %s)\n",
-      name(cfg.comm.allreduce), ob.freeze_step, name(ob.scale), per.c_str(),
+      "  optimizer  1-bit Adam: AdamW (gradients by %s) for %d steps, then (compress %s) 1-bit "
+      "momentum (own sign transport, scale %s per %s, %s)\n",
+      name(cfg.comm.allreduce), ob.freeze_step, name(ob.compress), name(ob.scale), per.c_str(),
       ob.overlap ? "sent under backward, clipped by the previous step's norm"
                  : "sent after backward");
   const std::string warning = onebit_warning(cfg, f.world);

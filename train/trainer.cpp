@@ -224,6 +224,8 @@ Trainer::StepResult Trainer::step() {
     s.grad_norm = NAN;
     s.exchange = opt.skip(sync_);  // a skipped step leaves the optimizer's state as it was
   }
+  if (const std::string note = opt.take_note(); !note.empty() && facts_.rank == 0)
+    std::printf("%s\n", note.c_str());
   if (!averaged) {
     s.comm = sync_.take_exchange();
     timer_.add_ms(&PhaseTimes::optimizer, -s.comm.exposed_ms);  // the wait is comm_exposed

@@ -422,6 +422,8 @@ TEST(Config, EveryEnumNameRoundTrips) {
                                            [](Config& c) { return c.optimizer.name; });
   ExpectEveryNameRoundTrips<OneBitScale>("optimizer.onebit.scale",
                                          [](Config& c) { return c.optimizer.onebit.scale; });
+  ExpectEveryNameRoundTrips<OneBitCompress>("optimizer.onebit.compress",
+                                            [](Config& c) { return c.optimizer.onebit.compress; });
   ExpectEveryNameRoundTrips<CommBackend>("comm.backend", [](Config& c) { return c.comm.backend; },
                                          {CommBackend::nccl});
   ExpectEveryNameRoundTrips<AllreduceAlgo>("comm.allreduce",

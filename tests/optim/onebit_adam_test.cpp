@@ -42,11 +42,19 @@ struct SignReducer final : Reducer {
     ++calls;
     return {n / 8, 1.0, 4.0};
   }
+  ExchangeCost last_gradient_exchange() const override { return gradient; }
+  SignCost measure_sign_code(const float*, size_t, const SignCode&) override {
+    ++measured;
+    return code;
+  }
   float *buf = nullptr, *we = nullptr, *se = nullptr;
   size_t n = 0;
   Part prepare;
   int calls = 0;
   SignCode last_code;
+  ExchangeCost gradient;  // what the "fp32 AllReduce" of every step cost
+  SignCost code;
+  int measured = 0;
 };
 
 struct Fixture {
@@ -183,6 +191,68 @@ TEST(OneBitAdam, WorldChangeFoldsTheServerErrorIntoTheMeanWorkerError) {
     EXPECT_EQ(ob.worker_error().data()[i], mean_w + (0.5f + float(i))) << i;
     EXPECT_EQ(ob.server_error().data()[i], 0.0f) << i;
   }
+}
+
+// compress: auto's rule: compress where the fp32 AllReduce's exposed time exceeds the
+// coding's plus the 1-bit exchange's predicted exposed time (its time in flight, scaled by
+// the bytes, less the window the fp32 exchange had under backward).
+TEST(OneBitAdam, CompressChoiceWeighsExposedTimeAgainstCodingAndTheSmallerExchange) {
+  // 100 ms in flight, 30 exposed (70 hidden); 1/32 of the bytes: 3.125 ms, all hidden.
+  CompressChoice c{30.0, 100.0, 3200.0, 100.0, 29.0};
+  EXPECT_EQ(c.compressed_exposed_ms(), 0.0);
+  EXPECT_TRUE(c.compress());
+  c.code_ms = 30.0;
+  EXPECT_FALSE(c.compress()) << "coding costs what it saves";
+  // A slow link: 3200 ms in flight, 3100 exposed; the 1-bit exchange takes 100, 0 hidden.
+  c = {3100.0, 3200.0, 3200.0, 100.0, 40.0};
+  EXPECT_EQ(c.compressed_exposed_ms(), 0.0) << "100 ms fit in the 100 ms window";
+  EXPECT_TRUE(c.compress());
+  c = {3190.0, 3200.0, 3200.0, 100.0, 40.0};
+  EXPECT_EQ(c.compressed_exposed_ms(), 90.0);
+  EXPECT_TRUE(c.compress());
+  EXPECT_NE(c.describe(5).find("compressing from step 5: the fp32 AllReduce left 3190.0 ms a "
+                               "step exposed; coding costs 40.0 ms and the 1-bit exchange (1/32 "
+                               "of the bytes) would leave 90.0 ms exposed"),
+            std::string::npos)
+      << c.describe(5);
+}
+
+// compress: auto decides once, at the last warm-up step, from that step's measurements
+// (the first two, cold, left out); the choice is state a checkpoint saves, and the log
+// line comes once. never stays AdamW.
+TEST(OneBitAdam, CompressAutoDecidesAtTheEndOfTheWarmUpAndKeepsTheChoice) {
+  Fixture f;
+  for (double exposed : {50.0, 1.0}) {
+    OneBitAdam ob(f.reg, f.hp, {4, OneBitScale::mean_abs, 0, false, false, OneBitCompress::auto_});
+    FlatBuffer p(f.reg.total_numel()), g(f.reg.total_numel());
+    for (size_t i = 0; i < g.size(); ++i) g.data()[i] = 0.01f * float(i % 5) - 0.02f;
+    SignReducer red;
+    red.gradient = {60.0, exposed, 3200};
+    red.code = {5.0, 100};
+    for (int t = 1; t <= 4; ++t) {
+      EXPECT_EQ(ob.stage(2), OneBitStage::warmup) << t;
+      EXPECT_FALSE(ob.compressing().has_value()) << t;
+      ob.step(p, g, 1e-2, 1.0, red);
+      EXPECT_EQ(ob.take_note().empty(), t < 4) << t;
+    }
+    EXPECT_EQ(red.measured, 1);
+    ASSERT_TRUE(ob.compressing().has_value());
+    EXPECT_EQ(*ob.compressing(), exposed > 5.0);
+    EXPECT_EQ(ob.stage(2), exposed > 5.0 ? OneBitStage::compressed : OneBitStage::warmup);
+    ob.step(p, g, 1e-2, 1.0, red);
+    EXPECT_EQ(ob.take_note(), "") << "one line";
+    const std::vector<StateTensor> st = ob.state_tensors();
+    ASSERT_EQ(st[2].name, "onebit_choice");
+    EXPECT_TRUE(st[2].optional && !st[2].per_rank);
+    OneBitAdam resumed(f.reg, f.hp,
+                       {4, OneBitScale::mean_abs, 0, false, false, OneBitCompress::auto_});
+    resumed.set_step_count(ob.step_count());
+    resumed.state_tensors()[2].buffer->data()[0] = st[2].buffer->data()[0];
+    EXPECT_EQ(resumed.stage(2), ob.stage(2)) << "the choice survives a checkpoint";
+  }
+  OneBitAdam never(f.reg, f.hp, {1, OneBitScale::mean_abs, 0, false, false, OneBitCompress::never});
+  never.set_step_count(10);
+  EXPECT_EQ(never.stage(2), OneBitStage::warmup);
 }
 
 TEST(OneBitAdam, WarnsWhenItWillRunAsPlainAdam) {

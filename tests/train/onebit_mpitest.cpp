@@ -41,6 +41,7 @@ Config OneBitRun(const std::string& out_dir, int steps, int freeze_step) {
   Config cfg = ringstep::testing::SmallRun(out_dir, steps);
   cfg.optimizer.name = OptimizerKind::onebit_adam;
   cfg.optimizer.onebit.freeze_step = freeze_step;
+  cfg.optimizer.onebit.compress = OneBitCompress::always;  // auto: OneBitAuto below
   cfg.comm.bucket_mb = 0.01;  // several buckets, each with several tensors
   cfg.train.grad_clip = 0.5;  // clipping active in the compression stage too
   cfg.train.weight_decay = 0.1;
@@ -185,6 +186,30 @@ TEST_P(OneBitFp16, SkipInTheCompressionStageLeavesEveryBufferUntouched) {
   EXPECT_GT(applied, 0) << "no compressed step was applied";
 }
 
+// compress: auto decides from what this machine measured, so the test does not know which
+// way it goes; it holds that every rank goes the same way (replicas checked every step),
+// that every step after the warm-up has the chosen stage, and that a resume after the
+// decision keeps it (the choice is checkpointed) rather than measuring again.
+TEST(OneBitAuto, EveryRankMakesOneChoiceAndAResumeKeepsIt) {
+  const fs::path dir = fresh_dir("auto");
+  Config cfg = OneBitRun(dir.string(), 8, 4);
+  cfg.optimizer.onebit.compress = OneBitCompress::auto_;
+  cfg.train.check_replicas_every = 1;
+  cfg.checkpoint.every = 8;
+  train(cfg, &world());
+  cfg.train.steps = 14;
+  const TrainOutcome resumed = train(cfg, &world());
+  EXPECT_EQ(resumed.resumed_step, 8);
+  if (world().rank() != 0) return;
+  const auto recs = records(dir);
+  ASSERT_EQ(recs.size(), 14u);
+  const std::string chosen = recs[4]["stage"];
+  for (const auto& rec : recs) {
+    const int step = rec["step"];
+    EXPECT_EQ(rec["stage"], step <= 4 ? "warmup" : chosen) << step;
+  }
+}
+
 // A resume on another world size keeps the error feedback's mean_r e_w + e_s: every rank's
 // worker error is the saved ranks' mean worker error plus the sum of their server buffers,
 // and the server error is 0. Checked on the checkpoint of a run on this world, loaded as
@@ -218,13 +243,15 @@ TEST(OneBitWorldChange, ResumeOnAnotherWorldSizeKeepsTheCompressedError) {
     TrainState state(model.registry(), cfg, make_data_source(cfg, "train", rank, new_world));
     FlatBuffer params(count);
     load_checkpoint(ckpt.string(), cfg, rank, new_world, params, state);
-    const std::vector<StateTensor> t = state.optimizer->state_tensors();
-    ASSERT_EQ(t.size(), 4u);
+    std::vector<FlatBuffer*> per_rank;  // the worker error, then the server's
+    for (const StateTensor& t : state.optimizer->state_tensors())
+      if (t.per_rank) per_rank.push_back(t.buffer);
+    ASSERT_EQ(per_rank.size(), 2u);
     EXPECT_EQ(state.optimizer->step_count(), 10);
     for (size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(t[2].buffer->data()[i], sum_w[i] * (1.0f / float(n)) + sum_s[i])
+      ASSERT_EQ(per_rank[0]->data()[i], sum_w[i] * (1.0f / float(n)) + sum_s[i])
           << "worker error " << i << " on " << new_world << " ranks";
-      ASSERT_EQ(t[3].buffer->data()[i], 0.0f) << "server error " << i;
+      ASSERT_EQ(per_rank[1]->data()[i], 0.0f) << "server error " << i;
     }
   }
 }
