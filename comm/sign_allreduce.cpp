@@ -198,16 +198,25 @@ void code_and_keep_error(float* z, size_t n, float s, uint8_t* bits, size_t firs
   }
 }
 
-// Worker stage, segment by segment (two passes over each while it is in cache): E = X + E
-// (that is z) with the segment's scale, then E = z - s sign z with the code of each chunk's
-// part of the segment, and the scale, into message j of SEND.
-void compress_worker(const float* x, float* e, const Layout& L, int nranks, OneBitScale kind,
+// Worker stage, segment by segment: E = input + E (that is z), formed piece by piece by
+// ADD (kSignInputPiece elements at a time, each summed for the segment's scale while it is
+// in cache), then E = z - s sign z with the code of each chunk's part of the segment, and
+// the scale, into message j of SEND.
+template <class Add>
+void compress_worker(Add&& add, float* e, const Layout& L, int nranks, OneBitScale kind,
                      std::byte* send, SignAllreduceStats& st) {
   for (int j = 0; j < nranks; ++j) std::memset(send + size_t(j) * L.block_bytes, 0, L.block_bytes);
   L.for_parts(0, L.count, [&](size_t k, size_t b, size_t end) {
     float* eb = e + b;
-    const float* xb = x + b;
-    const float scale = scale_of(end - b, kind, [eb, xb](size_t i) { return eb[i] += xb[i]; });
+    const size_t n = end - b;
+    size_t formed = 0;  // eb[0, formed) holds z
+    const float scale = scale_of(n, kind, [&](size_t i) {
+      if (i == formed) {
+        formed = std::min(n, i + kSignInputPiece);
+        add(b + i, b + formed, eb + i);
+      }
+      return eb[i];
+    });
     for (int j = int(b / L.chunk); j < nranks && size_t(j) * L.chunk < end; ++j) {
       const Shard c = L.real(j);
       const size_t lo = std::max(b, c.offset), hi = std::min(end, c.offset + c.count);
@@ -352,9 +361,22 @@ SignAllreduce::SignAllreduce(SignAllreduce&&) noexcept = default;
 SignAllreduce& SignAllreduce::operator=(SignAllreduce&&) noexcept = default;
 
 SignAllreduceStats SignAllreduce::encode(const float* x, float* worker_error) {
+  return encode_input(
+      [x](size_t b, size_t e, float* z) {
+        for (size_t i = b; i < e; ++i) z[i - b] += x[i];
+      },
+      worker_error);
+}
+
+SignAllreduceStats SignAllreduce::encode(const SignInput& input, float* worker_error) {
+  return encode_input(input, worker_error);
+}
+
+template <class Add>
+SignAllreduceStats SignAllreduce::encode_input(Add&& add, float* worker_error) {
   Impl& m = *impl_;
   SignAllreduceStats st;
-  compress_worker(x, worker_error, m.layout, m.nranks, m.kind, m.send.data(), st);
+  compress_worker(add, worker_error, m.layout, m.nranks, m.kind, m.send.data(), st);
   st.bytes_sent = 2 * size_t(m.nranks - 1) * m.layout.block_bytes;
   return st;
 }

@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -83,6 +84,11 @@ SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
 // phases, with the server stage between them) on a comm thread. encode, exchange, decode in
 // that order give sign_allreduce's bits; the messages live in this object between the
 // stages, so one object serves one vector at a time, and calls of the same shape reuse it.
+// Adds elements [begin, end) of a vector into z[0, end - begin) (SignAllreduce::encode).
+using SignInput = std::function<void(size_t begin, size_t end, float* z)>;
+// Elements per piece of a SignInput call: 16 KiB of floats, well inside L1 and L2.
+constexpr size_t kSignInputPiece = 4096;
+
 class SignAllreduce {
  public:
   // For rank RANK of NRANKS.
@@ -95,6 +101,13 @@ class SignAllreduce {
   // Worker stage: z = X + WORKER_ERROR, the messages of sign(z) and the worker scales,
   // WORKER_ERROR = z - s_w sign(z). Returns the statistics (bytes_sent included).
   SignAllreduceStats encode(const float* x, float* worker_error);
+  // The same with X formed as it is coded: INPUT(begin, end, z) adds X[begin, end) into
+  // z[0, end - begin) (WORKER_ERROR's elements there), for consecutive pieces of at most
+  // kSignInputPiece elements of each segment, in increasing order, each just before the
+  // piece is summed for its scale: the input is formed, summed and coded while it is in
+  // cache, and X never has to exist (1-bit Adam's local momentum). Same bits as
+  // encode(X, ...) when INPUT adds X's values.
+  SignAllreduceStats encode(const SignInput& input, float* worker_error);
   // The all-to-all, the server stage on this rank's chunk of SERVER_ERROR, the allgather.
   // Collective, after encode, with the same tag on every rank (0 <= tag < 32768).
   void exchange(Communicator& comm, float* server_error, int tag);
@@ -102,6 +115,9 @@ class SignAllreduce {
   void decode(float* x) const;
 
  private:
+  template <class Add>
+  SignAllreduceStats encode_input(Add&& add, float* worker_error);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

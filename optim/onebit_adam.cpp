@@ -22,7 +22,6 @@ OneBitAdam::OneBitAdam(const Registry& reg, const AdamWParams& hp, const OneBitP
   reset_errors();
   choice_.zero();
   if (ob_.under_backward && ob_.may_skip) {
-    kept_m_ = FlatBuffer(reg.total_numel());
     kept_worker_ = FlatBuffer(reg.total_numel());
     kept_server_ = FlatBuffer(reg.total_numel());
   }
@@ -99,7 +98,7 @@ std::vector<StateTensor> OneBitAdam::state_tensors() {
 
 size_t OneBitAdam::state_bytes() const {
   return adam_.state_bytes() + choice_.bytes() + worker_error_.bytes() + server_error_.bytes() +
-         kept_m_.bytes() + kept_worker_.bytes() + kept_server_.bytes();
+         kept_worker_.bytes() + kept_server_.bytes();
 }
 
 void OneBitAdam::adopt_world_change(const std::vector<std::vector<FlatBuffer>>& saved, int, int) {
@@ -117,11 +116,14 @@ void OneBitAdam::adopt_world_change(const std::vector<std::vector<FlatBuffer>>& 
   server_error_.zero();
 }
 
-void OneBitAdam::local_momentum(const float* grads, float grad_scale, size_t begin, size_t end) {
+void OneBitAdam::add_local_momentum(const float* grads, float grad_scale, size_t begin, size_t end,
+                                    float* __restrict z) const {
   const float b1 = float(hp_.beta1);
-  float* __restrict m = adam_.m().data();
+  const float* __restrict m = adam_.m().data() + begin;
+  const float* __restrict g = grads + begin;
+  const size_t n = end - begin;
 #pragma omp simd
-  for (size_t i = begin; i < end; ++i) m[i] = b1 * m[i] + (1.0f - b1) * (grads[i] * grad_scale);
+  for (size_t i = 0; i < n; ++i) z[i] += b1 * m[i] + (1.0f - b1) * (g[i] * grad_scale);
 }
 
 // The update of elements [begin, end) with the averaged momentum, and the zero-variance mask
@@ -160,22 +162,24 @@ SignExchange OneBitAdam::compressed_step(float* params, const float* grads, doub
   return reducer.finish_sign_average([&](size_t b, size_t e) { apply(params, lr, b, e); });
 }
 
-// Each part's momentum is formed just before the reducer codes it (after its old values
-// are kept, where a skip must restore them).
+// Each part's local momentum is formed as the reducer codes it (Reducer::Input: added into
+// the worker error, never stored; m keeps its old values until the mean is decoded into
+// it), after the part's error buffers are kept, where a skip must restore them.
 void OneBitAdam::begin_exchange(const float* grads, float grad_scale, Reducer& reducer) {
   const bool keep = in_flight_ && ob_.may_skip;
-  reducer.begin_sign_average(
-      adam_.m().data(), worker_error_.data(), server_error_.data(), adam_.m().size(),
-      SignCode{ob_.scale, size_t(ob_.scale_block)},
-      [this, grads, grad_scale, keep](size_t b, size_t e) {
-        if (keep) {
-          const size_t bytes = (e - b) * sizeof(float);
-          std::memcpy(kept_m_.data() + b, adam_.m().data() + b, bytes);
-          std::memcpy(kept_worker_.data() + b, worker_error_.data() + b, bytes);
-          std::memcpy(kept_server_.data() + b, server_error_.data() + b, bytes);
-        }
-        local_momentum(grads, grad_scale, b, e);
-      });
+  Reducer::Part prepare;
+  if (keep)
+    prepare = [this](size_t b, size_t e) {
+      const size_t bytes = (e - b) * sizeof(float);
+      std::memcpy(kept_worker_.data() + b, worker_error_.data() + b, bytes);
+      std::memcpy(kept_server_.data() + b, server_error_.data() + b, bytes);
+    };
+  reducer.begin_sign_average(adam_.m().data(), worker_error_.data(), server_error_.data(),
+                             adam_.m().size(), SignCode{ob_.scale, size_t(ob_.scale_block)},
+                             std::move(prepare),
+                             [this, grads, grad_scale](size_t b, size_t e, float* z) {
+                               add_local_momentum(grads, grad_scale, b, e, z);
+                             });
 }
 
 bool OneBitAdam::begin_under_backward(const float* grads, double grad_scale, Reducer& reducer) {
@@ -206,7 +210,6 @@ SignExchange OneBitAdam::skip(Reducer& reducer) {
   in_flight_ = false;
   const SignExchange done = reducer.finish_sign_average({});
   if (ob_.may_skip) {
-    copy_buffer(adam_.m(), kept_m_);
     copy_buffer(worker_error_, kept_worker_);
     copy_buffer(server_error_, kept_server_);
   }

@@ -112,8 +112,11 @@ class OneBitAdam final : public Optimizer {
   // compress: auto, after a warm-up step: keeps its exchange's cost and, at the last one,
   // decides (a collective: the measurements are averaged over ranks).
   void observe_warmup(Reducer& reducer);
-  // Both work on elements [begin, end), the part of the vector the reducer hands over.
-  void local_momentum(const float* grads, float grad_scale, size_t begin, size_t end);
+  // z[0, end - begin) += this rank's momentum b1 m + (1 - b1) g GRAD_SCALE over elements
+  // [begin, end) (the reducer's input, formed where it is coded).
+  void add_local_momentum(const float* grads, float grad_scale, size_t begin, size_t end,
+                          float* z) const;
+  // The update of elements [begin, end), the part of the vector the reducer hands over.
   void apply(float* params, double lr, size_t begin, size_t end);
 
   AdamW adam_;
@@ -121,8 +124,9 @@ class OneBitAdam final : public Optimizer {
   AdamWParams hp_;
   OneBitParams ob_;
   FlatBuffer worker_error_, server_error_;
-  // may_skip: m, worker and server error as they were before the step in flight.
-  FlatBuffer kept_m_, kept_worker_, kept_server_;
+  // may_skip: the worker and server errors as they were before the step in flight (m is
+  // not written until the mean is decoded into it).
+  FlatBuffer kept_worker_, kept_server_;
   bool in_flight_ = false;  // an exchange begun under backward awaits step() or skip()
   // compress: auto: the decision (one float: 0 undecided, 1 compress, -1 not), checkpointed,
   // and the warm-up's measurements since this process started.

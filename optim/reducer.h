@@ -64,6 +64,11 @@ class Reducer {
   // mean, on the calling thread, so that the caller can compute each part's input and use
   // its output while other parts are in flight. Either may be empty.
   using Part = std::function<void(size_t begin, size_t end)>;
+  // INPUT, where given, forms the vector as it is coded, instead of reading BUF: INPUT(begin,
+  // end, z) adds its elements [begin, end) into z[0, end - begin), in pieces of a part, each
+  // called once, in increasing order (comm/sign_allreduce.h's SignInput). BUF is then only
+  // the output. PREPARE still runs before each part.
+  using Input = std::function<void(size_t begin, size_t end, float* z)>;
   SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
                             const SignCode& code, const Part& prepare, const Part& finish) {
     begin_sign_average(buf, worker_error, server_error, n, code, prepare);
@@ -72,10 +77,11 @@ class Reducer {
   // sign_average in two halves, for input that becomes ready part by part (1-bit Adam's
   // momentum during backward): after begin_sign_average the reducer may prepare and send
   // parts as the caller reports them ready (GradSync: through backward's layer hook);
-  // finish_sign_average prepares and sends the rest, then finishes every part. Other
+  // finish_sign_average prepares and sends the rest, then finishes every part; with an empty
+  // FINISH (a step abandoned) nothing is decoded and BUF is left as it was. Other
   // collectives may run in between (they queue behind the parts sent). Both are collectives.
   virtual void begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                                  const SignCode& code, Part prepare) = 0;
+                                  const SignCode& code, Part prepare, Input input = {}) = 0;
   virtual SignExchange finish_sign_average(const Part& finish) = 0;
 
   // For an optimizer that decides whether compressing pays (1-bit Adam's compress: auto).

@@ -8,10 +8,12 @@ machine's drift hits all alike. Prints one markdown row per bandwidth (docs/perf
 "1-bit Adam"), medians over the rounds:
 
   AdamW step: median step time of steps 3.. (the first two are cold);
-  1-bit step: median step time of the compressed steps after the first one;
+  1-bit step: median step time of the steps after the warm-up and the first one after it;
   speed-up:   AdamW step / 1-bit step (with the range over the rounds when --rounds > 1);
   ceiling:    AdamW step / AdamW's step at the floor link: the speed-up of a 1-bit step
               whose exchange cost nothing, on this machine's compute;
+  of ceiling: speed-up / ceiling, per round, median;
+  1-bit ran:  compressed, or AdamW where compress: auto (the default) chose not to;
   compute:    1-bit Adam's median data + forward + backward + optimizer + other of those steps;
   comm:       their median time in flight of the compressed exchange;
   fit:        1-bit step / (compute + comm) - 1 (the target is within 25%);
@@ -32,6 +34,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+FREEZE_STEP = 3  # configs/bench_onebit.yaml's optimizer.onebit.freeze_step
 
 
 def train(args, out_dir, optimizer, gbps):
@@ -72,15 +76,18 @@ def adamw_run(args, tmp, gbps):
 
 
 def onebit_run(args, tmp, gbps):
-    """1-bit Adam's compressed steps after the first: step, compute, comm ms, bytes, error."""
+    """1-bit Adam's steps after the warm-up and the first one after it: step, compute, comm
+    ms, bytes, error, and whether they compressed (compress: auto may choose not to)."""
     recs = train(args, f"{tmp}/onebit_{gbps}", "onebit_adam", gbps)
-    c = [r for r in recs if r.get("stage") == "compressed"][1:]
+    c = recs[FREEZE_STEP + 1:]
     if not c:
-        sys.exit("bench_onebit: no compressed step after the first; raise --steps")
+        sys.exit("bench_onebit: no step after the first one past the warm-up; raise --steps")
+    compressed = [r for r in c if r.get("stage") == "compressed"]
     return (med(c, lambda r: r["time_ms"]["step"]),
             med(c, lambda r: r["time_ms"]["step"] - r["time_ms"]["comm_exposed"]),
             med(c, lambda r: r["time_ms"]["comm"]), med(c, lambda r: r["comm_sent_bytes"]),
-            med(c, lambda r: r["compression_error"]))
+            med(compressed, lambda r: r["compression_error"]) if compressed else float("nan"),
+            len(compressed) == len(c))
 
 
 def row(gbps, adamw, onebit, floor):
@@ -91,14 +98,18 @@ def row(gbps, adamw, onebit, floor):
     speedup = f"{statistics.median(speedups):.2f}x"
     if len(speedups) > 1:
         speedup += f" ({min(speedups):.2f}-{max(speedups):.2f})"
-    ceiling = statistics.median(a[0] / f for a, f in zip(adamw, floor))
+    ceilings = [a[0] / f for a, f in zip(adamw, floor)]
+    ceiling = statistics.median(ceilings)
+    of_ceiling = statistics.median(s / c for s, c in zip(speedups, ceilings))
     compute = statistics.median(o[1] for o in onebit)
     comm = statistics.median(o[2] for o in onebit)
     volume = statistics.median(a[1] for a in adamw) / statistics.median(o[3] for o in onebit)
     err = statistics.median(o[4] for o in onebit)
+    mode = {True: "compressed", False: "AdamW"}
+    chosen = "/".join(sorted({mode[o[5]] for o in onebit}))
     return (f"| {gbps} | {t_adamw:.0f} | {t_onebit:.0f} | {speedup} | {ceiling:.2f}x | "
-            f"{compute:.0f} | {comm:.0f} | {100 * (t_onebit / (compute + comm) - 1):+.0f}% | "
-            f"{volume:.1f} | {err:.3f} |")
+            f"{of_ceiling:.2f} | {chosen} | {compute:.0f} | {comm:.0f} | "
+            f"{100 * (t_onebit / (compute + comm) - 1):+.0f}% | {volume:.1f} | {err:.3f} |")
 
 
 def main():
@@ -133,9 +144,10 @@ def main():
                 floor.append(adamw[args.floor_gbps][-1][0])
     print(f"AdamW at the floor link ({args.floor_gbps} Gb/s): step "
           f"{statistics.median(floor):.0f} ms (median of {len(floor)})")
-    print("| link Gb/s | AdamW step ms | 1-bit step ms | speed-up | ceiling | 1-bit compute ms | "
-          "1-bit comm ms | fit | volume AdamW/1-bit | compression error |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| link Gb/s | AdamW step ms | 1-bit step ms | speed-up | ceiling | of ceiling | "
+          "1-bit ran | 1-bit compute ms | 1-bit comm ms | fit | volume AdamW/1-bit | "
+          "compression error |")
+    print("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     for gbps in bandwidths:
         print(row(gbps, adamw[gbps], onebit[gbps], floor))
 

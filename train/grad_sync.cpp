@@ -158,8 +158,8 @@ GradSync::Result GradSync::collect_spans() {
 }
 
 void GradSync::begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                                  const SignCode& code, Part prepare) {
-  sign_ = {buf, worker_error, server_error, n, std::move(prepare), {}, true};
+                                  const SignCode& code, Part prepare, Input input) {
+  sign_ = {buf, worker_error, server_error, n, std::move(prepare), std::move(input), {}, true};
   if (world_ == 1) return;
   if (buckets_.empty() || n != buckets_.front().end)
     throw std::logic_error("sign_average: " + std::to_string(n) +
@@ -202,8 +202,13 @@ SignCost GradSync::measure_sign_code(const float* buf, size_t n, const SignCode&
 void GradSync::start_sign_bucket(size_t b) {
   const Bucket& k = buckets_[b];
   if (sign_.prepare) sign_.prepare(k.begin, k.end);
+  float* worker = sign_.worker_error + k.begin;
   const SignAllreduceStats s =
-      sign_calls_[b].encode(sign_.buf + k.begin, sign_.worker_error + k.begin);
+      sign_.input
+          ? sign_calls_[b].encode(
+                [&](size_t lo, size_t hi, float* z) { sign_.input(k.begin + lo, k.begin + hi, z); },
+                worker)
+          : sign_calls_[b].encode(sign_.buf + k.begin, worker);
   sign_.total.bytes_sent += s.bytes_sent;
   sign_.total.worker_sq_err += s.worker_sq_err;
   sign_.total.worker_sq_norm += s.worker_sq_norm;
@@ -229,6 +234,10 @@ SignExchange GradSync::finish_sign_average(const Part& finish) {
   sign_.active = false;
   if (world_ == 1) {  // the mean is the input itself
     if (sign_.prepare) sign_.prepare(0, sign_.n);
+    if (sign_.input && finish) {
+      std::fill(sign_.buf, sign_.buf + sign_.n, 0.0f);
+      sign_.input(0, sign_.n, sign_.buf);
+    }
     if (finish) finish(0, sign_.n);
     return {};
   }
@@ -239,8 +248,9 @@ SignExchange GradSync::finish_sign_average(const Part& finish) {
     const Bucket& k = buckets_[b];
     waiting([&] { pending_[b]->handle.wait(); });
     pending_[b]->enqueued = false;
+    if (!finish) continue;  // abandoned: nothing decoded
     sign_calls_[b].decode(sign_.buf + k.begin);
-    if (finish) finish(k.begin, k.end);
+    finish(k.begin, k.end);
   }
   exchange_sent_bytes_ += sign_.total.bytes_sent;
   return sign_.total;

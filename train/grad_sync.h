@@ -113,7 +113,7 @@ class GradSync final : public Reducer {
   // The exchanges' spans and the waits are the step's communication: collect them with
   // take_exchange().
   void begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
-                          const SignCode& code, Part prepare) override;
+                          const SignCode& code, Part prepare, Input input = {}) override;
   SignExchange finish_sign_average(const Part& finish) override;
   // Reducer: finish()'s last measurement; one encode and decode of every bucket.
   ExchangeCost last_gradient_exchange() const override { return last_gradient_; }
@@ -171,6 +171,7 @@ class GradSync final : public Reducer {
     float* server_error = nullptr;
     size_t n = 0;
     Part prepare;
+    Input input;
     SignExchange total;
     bool active = false;
   } sign_;

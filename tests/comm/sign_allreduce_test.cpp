@@ -124,5 +124,35 @@ TEST(SignAllreduceSim, ErrorFeedbackIdentityHoldsOverManyCalls) {
   }
 }
 
+// The worker stage with its input formed piece by piece (SignInput, 1-bit Adam's momentum)
+// codes what encode(x) codes, bit for bit: the same worker error and statistics, and the
+// input is asked for every element once, in increasing pieces of at most kSignInputPiece.
+TEST(SignAllreduceEncode, InputFormedInPiecesMatchesTheStoredInput) {
+  const size_t n = 3 * kSignInputPiece + 77;
+  const std::vector<size_t> ends = {100, 2 * kSignInputPiece + 5, n};
+  std::vector<float> x(n), e1(n), e2(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::sin(0.37f * float(i)) * (1.0f + float(i % 13));
+    e1[i] = e2[i] = 0.01f * std::cos(float(i));
+  }
+  SignAllreduce a(n, ends, 3, 1, OneBitScale::mean_abs), b(n, ends, 3, 1, OneBitScale::mean_abs);
+  const SignAllreduceStats sa = a.encode(x.data(), e1.data());
+  size_t next = 0;
+  bool ordered = true;
+  const SignAllreduceStats sb =
+      b.encode(SignInput([&](size_t lo, size_t hi, float* z) {
+                 ordered = ordered && lo == next && hi > lo && hi - lo <= kSignInputPiece;
+                 next = hi;
+                 for (size_t i = lo; i < hi; ++i) z[i - lo] += x[i];
+               }),
+               e2.data());
+  EXPECT_TRUE(ordered);
+  EXPECT_EQ(next, n);
+  EXPECT_EQ(e1, e2);
+  EXPECT_EQ(sa.worker_sq_err, sb.worker_sq_err);
+  EXPECT_EQ(sa.worker_sq_norm, sb.worker_sq_norm);
+  EXPECT_EQ(sa.bytes_sent, sb.bytes_sent);
+}
+
 }  // namespace
 }  // namespace ringstep

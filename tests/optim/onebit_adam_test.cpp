@@ -14,28 +14,35 @@ namespace ringstep {
 namespace {
 
 // Two "ranks" that agree: sign_average replaces buf by +-0.5 (the sign code of a fixed
-// scale), as a compressed exchange whose output differs from its input would. It works in
-// two parts, the first ending inside a tensor, prepared and finished in a pipeline's
-// order (prepare 1, prepare 2, finish 1, finish 2).
+// scale) of the input (the Input's values where one is given), as a compressed exchange
+// whose output differs from its input would. It works in two parts, the first ending
+// inside a tensor, prepared and finished in a pipeline's order (prepare 1, prepare 2,
+// finish 1, finish 2); an abandoned call (no finish) leaves buf alone.
 struct SignReducer final : Reducer {
   int world() const override { return 2; }
   void average(float*, size_t) override {}
   bool any_rank(bool flag) override { return flag; }
-  void begin_sign_average(float* b, float* w, float* s, size_t count, const SignCode& code,
-                          Part p) override {
-    buf = b, we = w, se = s, n = count, prepare = std::move(p);
+  void begin_sign_average(float* b, float* w, float* s, size_t count, const SignCode& code, Part p,
+                          Input in) override {
+    buf = b, we = w, se = s, n = count, prepare = std::move(p), input = std::move(in);
     last_code = code;
   }
   SignExchange finish_sign_average(const Part& finish) override {
     const size_t cut = n / 2;
     const std::pair<size_t, size_t> parts[2] = {{0, cut}, {cut, n}};
-    for (auto [b, e] : parts) prepare(b, e);
+    std::vector<float> x(buf, buf + n);
+    for (auto [b, e] : parts) {
+      if (prepare) prepare(b, e);
+      if (input) {
+        std::fill(x.begin() + b, x.begin() + e, 0.0f);
+        input(b, e, x.data() + b);
+      }
+    }
     for (auto [b, e] : parts) {
       for (size_t i = b; i < e; ++i) {
-        const float q = buf[i] < 0 ? -0.5f : 0.5f;
         we[i] += 1.0f;  // visible error, to check the mask clears it
         se[i] += 1.0f;
-        buf[i] = q;
+        if (finish) buf[i] = x[i] < 0 ? -0.5f : 0.5f;
       }
       if (finish) finish(b, e);
     }
@@ -50,6 +57,7 @@ struct SignReducer final : Reducer {
   float *buf = nullptr, *we = nullptr, *se = nullptr;
   size_t n = 0;
   Part prepare;
+  Input input;
   int calls = 0;
   SignCode last_code;
   ExchangeCost gradient;  // what the "fp32 AllReduce" of every step cost
