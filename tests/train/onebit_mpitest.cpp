@@ -210,6 +210,23 @@ TEST(OneBitAuto, EveryRankMakesOneChoiceAndAResumeKeepsIt) {
   }
 }
 
+// compress: never is AdamW on every step, bit for bit: the warm-up and what follows it.
+TEST(OneBitNever, IsAdamWBitForBit) {
+  TrainOutcome runs[2];
+  for (bool onebit : {false, true}) {
+    const fs::path dir = fresh_dir(onebit ? "never" : "never_adamw");
+    Config cfg = OneBitRun(dir.string(), 10, 4);
+    cfg.profile.log_every = 1;
+    if (onebit)
+      cfg.optimizer.onebit.compress = OneBitCompress::never;
+    else
+      cfg.optimizer.name = OptimizerKind::adamw;
+    runs[onebit] = train(cfg, &world());
+  }
+  EXPECT_EQ(runs[0].losses, runs[1].losses);
+  EXPECT_EQ(runs[0].params_fnv1a64, runs[1].params_fnv1a64);
+}
+
 // A resume on another world size keeps the error feedback's mean_r e_w + e_s: every rank's
 // worker error is the saved ranks' mean worker error plus the sum of their server buffers,
 // and the server error is 0. Checked on the checkpoint of a run on this world, loaded as
