@@ -1,7 +1,7 @@
 // The worker stage of 1-bit Adam's exchange on one 16 MiB bucket (4 Mi elements cut into
 // small.yaml-sized tensors of 384 x 1536), one thread: the local momentum stored by its own
 // pass and then coded (encode(x, e)), against formed inside the coding pass (encode with a
-// SignInput, comm/sign_allreduce.h). docs/perf-log.md section 15.
+// SignInput, comm/sign_allreduce.h). docs/perf-log.md section 16.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
