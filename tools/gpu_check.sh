@@ -87,8 +87,22 @@ setup_paths() {
   NCCLBIN=$BUILD/tests/nccl_mpitest
   [[ $REHEARSE == 1 ]] && NCCLBIN=$CPU_BUILD/tests/nccl_mpitest
   # NCCL: PyTorch's wheel (nvidia-nccl-*) where the CUDA toolkit has none (CMake's NCCL_ROOT).
-  NCCL_DIR=$("${PY[@]}" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
-  [[ -n $NCCL_DIR ]] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$NCCL_DIR/lib
+  # The wheel's folder holding include/nccl.h (nvidia/nccl, or under nvidia/cu13 in newer
+  # layouts), found by walking the nvidia namespace package.
+  NCCL_DIR=$("${PY[@]}" -c '
+import os, nvidia
+for base in nvidia.__path__:
+    for root, _, files in os.walk(base):
+        if "nccl.h" in files and os.path.basename(root) == "include":
+            print(os.path.dirname(root)); raise SystemExit' 2>/dev/null)
+  # CMake gets a folder with NCCL's headers and libnccl alone, so that the binaries'
+  # RUNPATH cannot reach the wheel's other CUDA libraries (cuBLAS, ...) before the toolkit's.
+  if [[ -n $NCCL_DIR && -e $NCCL_DIR/lib/libnccl.so.2 ]]; then
+    mkdir -p "$WORK/nccl/lib" && ln -sfn "$NCCL_DIR/include" "$WORK/nccl/include" &&
+      ln -sf "$NCCL_DIR/lib/libnccl.so.2" "$WORK/nccl/lib/libnccl.so.2" && NCCL_DIR=$WORK/nccl
+  else
+    NCCL_DIR=''
+  fi
   P=$DEPS/usr
   LIB=$P/lib/x86_64-linux-gnu
   export LD_LIBRARY_PATH=$LIB:$LIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
