@@ -60,6 +60,28 @@ __device__ void load_tile(E* tile, int t0, int T, int hs, Load load) {
   }
 }
 
+// acc[i][c] += sum over r < kTile of P(ty + kSide i, r) X[r][tx + kSide c]: one tile
+// product of the SIMT kernels, from shared memory into this thread's accumulators. P(row, r)
+// is p[row * row_stride + r * col_stride], so the same loop reads a tile or its transpose;
+// X has row stride LD.
+template <int kChunks>
+__device__ __forceinline__ void add_tile_product(float (&acc)[kPerThread][kChunks],
+                                                 const float* p, int row_stride, int col_stride,
+                                                 const float* x, int ld, int tx, int ty) {
+#pragma unroll 4
+  for (int r = 0; r < kTile; ++r) {
+    float xv[kChunks];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) xv[c] = x[r * ld + tx + kSide * c];
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const float pv = p[(ty + kSide * i) * row_stride + r * col_stride];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) acc[i][c] += pv * xv[c];
+    }
+  }
+}
+
 // The dynamic shared memory of every kernel here (one declaration: they must all agree),
 // aligned for WMMA's 256-bit loads.
 __device__ __forceinline__ unsigned char* shared_base() {
@@ -147,18 +169,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // acc += P V over this tile's keys.
-#pragma unroll 4
-    for (int k = 0; k < kTile; ++k) {
-      float vv[kChunks];
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) vv[c] = Vs[k * ld + tx + kSide * c];
-#pragma unroll
-      for (int i = 0; i < kPerThread; ++i) {
-        const float p = Ps[(ty + kSide * i) * kProbStride + k];
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) acc[i][c] += p * vv[c];
-      }
-    }
+    add_tile_product(acc, Ps, kProbStride, 1, Vs, ld, tx, ty);
   }
 
 #pragma unroll
@@ -272,18 +283,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // dV += P^T dO
-#pragma unroll 4
-    for (int r = 0; r < kTile; ++r) {
-      float g[kChunks];
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) g[c] = dOs[r * ld + tx + kSide * c];
-#pragma unroll
-      for (int i = 0; i < kPerThread; ++i) {
-        const float p = Ps[(ty + kSide * i) * kProbStride + r];
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) dv[i][c] += p * g[c];
-      }
-    }
+    add_tile_product(dv, Ps, kProbStride, 1, dOs, ld, tx, ty);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i)
@@ -293,33 +293,11 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // dK += dS^T Q (scaled once, at the end)
-#pragma unroll 4
-    for (int r = 0; r < kTile; ++r) {
-      float qv[kChunks];
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) qv[c] = Qs[r * ld + tx + kSide * c];
-#pragma unroll
-      for (int i = 0; i < kPerThread; ++i) {
-        const float g = Ps[(ty + kSide * i) * kProbStride + r];
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) dk[i][c] += g * qv[c];
-      }
-    }
+    add_tile_product(dk, Ps, kProbStride, 1, Qs, ld, tx, ty);
 
     // dQ += scale dS K for query rows ty + 16 i: read dS^T by columns.
     float dq[kPerThread][kChunks] = {};
-#pragma unroll 4
-    for (int k = 0; k < kTile; ++k) {
-      float kv[kChunks];
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) kv[c] = Ks[k * ld + tx + kSide * c];
-#pragma unroll
-      for (int i = 0; i < kPerThread; ++i) {
-        const float g = Ps[k * kProbStride + ty + kSide * i];
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) dq[i][c] += g * kv[c];
-      }
-    }
+    add_tile_product(dq, Ps, 1, kProbStride, Ks, ld, tx, ty);
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
       const int q = q0 + ty + kSide * i;
