@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_skip.h"
+#include "core/cuda/flash_variants.h"
 #include "core/dtype.h"
 
 #ifdef RINGSTEP_HAVE_CUDA
@@ -83,7 +84,7 @@ class DeviceValues {
 
 using ringstep::testing::normal_values;
 
-using Variant = std::pair<DType, FlashKernel>;
+using Variant = testing::FlashVariant;
 
 class FlashKernels : public ::testing::TestWithParam<Variant> {
  protected:
@@ -160,16 +161,8 @@ TEST_P(FlashKernels, RejectBadArguments) {
                std::invalid_argument);  // tensor cores take bf16 only
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, FlashKernels,
-                         ::testing::Values(Variant{DType::f32, FlashKernel::simt},
-                                           Variant{DType::bf16, FlashKernel::simt},
-                                           Variant{DType::bf16, FlashKernel::tensor_core},
-                                           Variant{DType::f16, FlashKernel::simt}),
-                         [](const auto& info) {
-                           return std::string(name(info.param.first)) +
-                                  (info.param.second == FlashKernel::simt ? "_simt"
-                                                                          : "_tensor_core");
-                         });
+INSTANTIATE_TEST_SUITE_P(Variants, FlashKernels, testing::flash_variants(),
+                         testing::flash_variant_name);
 
 #endif  // RINGSTEP_HAVE_CUDA
 

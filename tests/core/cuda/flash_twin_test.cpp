@@ -21,6 +21,7 @@
 #include "core/cpu/ops.h"
 #include "core/cuda/attention_layout.h"
 #include "core/cuda/flash_tiling.h"
+#include "core/cuda/flash_variants.h"
 #include "core/dtype.h"
 #include "core/normal_values.h"
 
@@ -156,7 +157,7 @@ struct Shape {
 };
 
 // (storage, kernel): fp32 and fp16 on the SIMT kernel, bf16 on both.
-using Variant = std::pair<DType, FlashKernel>;
+using Variant = testing::FlashVariant;
 
 class FlashTwinVsCpu : public ::testing::TestWithParam<Variant> {
  protected:
@@ -245,16 +246,8 @@ TEST_P(FlashTwinVsCpu, OddLengthsAndHeadSizes) {
   for (const Shape& s : shapes) check(s, seed += 3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, FlashTwinVsCpu,
-                         ::testing::Values(Variant{DType::f32, FlashKernel::simt},
-                                           Variant{DType::bf16, FlashKernel::simt},
-                                           Variant{DType::bf16, FlashKernel::tensor_core},
-                                           Variant{DType::f16, FlashKernel::simt}),
-                         [](const auto& info) {
-                           return std::string(name(info.param.first)) +
-                                  (info.param.second == FlashKernel::simt ? "_simt"
-                                                                          : "_tensor_core");
-                         });
+INSTANTIATE_TEST_SUITE_P(Variants, FlashTwinVsCpu, testing::flash_variants(),
+                         testing::flash_variant_name);
 
 }  // namespace
 }  // namespace ringstep::cuda
