@@ -26,20 +26,10 @@ void launch_reduce_sum(void* inout, const void* in, size_t n, DType dt, float di
   if (n == 0) return;
   constexpr int kBlock = 256;
   const unsigned grid = unsigned(std::min<size_t>((n + kBlock - 1) / kBlock, size_t(1) << 16));
-  switch (dt) {
-    case DType::f32:
-      reduce_sum_kernel<<<grid, kBlock, 0, stream>>>(static_cast<float*>(inout),
-                                                      static_cast<const float*>(in), n, divisor);
-      break;
-    case DType::bf16:
-      reduce_sum_kernel<<<grid, kBlock, 0, stream>>>(static_cast<uint16_t*>(inout),
-                                                      static_cast<const uint16_t*>(in), n, divisor);
-      break;
-    case DType::f16:
-      reduce_sum_kernel<<<grid, kBlock, 0, stream>>>(static_cast<k::Fp16*>(inout),
-                                                      static_cast<const k::Fp16*>(in), n, divisor);
-      break;
-  }
+  k::with_storage(dt, [&]<typename S>() {
+    reduce_sum_kernel<<<grid, kBlock, 0, stream>>>(static_cast<S*>(inout),
+                                                    static_cast<const S*>(in), n, divisor);
+  });
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -234,12 +234,7 @@ class CudaBackend final : public Backend {
   // Calls FN.template operator()<S>() with S the storage type (kernel_common.cuh).
   template <typename Fn>
   void dispatch(Fn&& fn) {
-    if (dt_ == DType::bf16)
-      fn.template operator()<uint16_t>();
-    else if (dt_ == DType::f16)
-      fn.template operator()<k::Fp16>();
-    else
-      fn.template operator()<float>();
+    k::with_storage(dt_, fn);
   }
 
   // A product with fp32 output.

@@ -660,7 +660,7 @@ void dispatch(const char* fn_name, DType dt, FlashKernel kernel, int C, int NH, 
                                 ": storage must be fp32, bf16 or fp16, got " + dtype_name(dt));
   if (kernel == FlashKernel::tensor_core && dt != DType::bf16)
     throw std::invalid_argument(std::string(fn_name) + ": the tensor-core kernel takes bf16 only");
-  auto with_storage = [&]<typename S>() {
+  auto with_head = [&]<typename S>() {
     switch (padded_head_size(hs)) {
       case 16:
         return fn.template operator()<S, 16>(hs);
@@ -672,12 +672,7 @@ void dispatch(const char* fn_name, DType dt, FlashKernel kernel, int C, int NH, 
         return fn.template operator()<S, 128>(hs);
     }
   };
-  if (dt == DType::f32)
-    with_storage.template operator()<float>();
-  else if (dt == DType::f16)
-    with_storage.template operator()<kernels::Fp16>();
-  else
-    with_storage.template operator()<uint16_t>();
+  kernels::with_storage(dt, with_head);
 }
 
 }  // namespace

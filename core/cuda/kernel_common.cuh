@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace ringstep::cuda::kernels {
 
 // The bits of an IEEE half: a type of its own, so that widen and narrow tell it from bf16.
@@ -43,6 +45,19 @@ __device__ __forceinline__ Fp16 narrow<Fp16>(float x) {
   return {(b & 0x7FFFFFFFu) > 0x7F800000u
               ? uint16_t(((b >> 16) & 0x8000u) | 0x7E00u | ((b >> 13) & 0x3FFu))
               : __half_as_ushort(__float2half_rn(x))};
+}
+
+// Calls FN.template operator()<S>() with S the storage type of DT (host code).
+template <typename Fn>
+void with_storage(DType dt, Fn&& fn) {
+  switch (dt) {
+    case DType::f32:
+      return fn.template operator()<float>();
+    case DType::bf16:
+      return fn.template operator()<uint16_t>();
+    case DType::f16:
+      return fn.template operator()<Fp16>();
+  }
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
