@@ -86,23 +86,6 @@ setup_paths() {
   BENCHBIN=$BUILD/bench/ringstep_cuda_bench
   NCCLBIN=$BUILD/tests/nccl_mpitest
   [[ $REHEARSE == 1 ]] && NCCLBIN=$CPU_BUILD/tests/nccl_mpitest
-  # NCCL: PyTorch's wheel (nvidia-nccl-*) where the CUDA toolkit has none (CMake's NCCL_ROOT).
-  # The wheel's folder holding include/nccl.h (nvidia/nccl, or under nvidia/cu13 in newer
-  # layouts), found by walking the nvidia namespace package.
-  NCCL_DIR=$("${PY[@]}" -c '
-import os, nvidia
-for base in nvidia.__path__:
-    for root, _, files in os.walk(base):
-        if "nccl.h" in files and os.path.basename(root) == "include":
-            print(os.path.dirname(root)); raise SystemExit' 2>/dev/null)
-  # CMake gets a folder with NCCL's headers and libnccl alone, so that the binaries'
-  # RUNPATH cannot reach the wheel's other CUDA libraries (cuBLAS, ...) before the toolkit's.
-  if [[ -n $NCCL_DIR && -e $NCCL_DIR/lib/libnccl.so.2 ]]; then
-    mkdir -p "$WORK/nccl/lib" && ln -sfn "$NCCL_DIR/include" "$WORK/nccl/include" &&
-      ln -sf "$NCCL_DIR/lib/libnccl.so.2" "$WORK/nccl/lib/libnccl.so.2" && NCCL_DIR=$WORK/nccl
-  else
-    NCCL_DIR=''
-  fi
   P=$DEPS/usr
   LIB=$P/lib/x86_64-linux-gnu
   export LD_LIBRARY_PATH=$LIB:$LIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -182,9 +165,30 @@ stage_unpack() {
   fi
 }
 
+# nccl_root: prints the NCCL_ROOT for CMake when PyTorch's wheel (nvidia-nccl-*) has NCCL,
+# nothing otherwise (CMake then looks in the CUDA toolkit). Called by the configure stage.
+nccl_root() {
+  # The wheel's folder holding include/nccl.h (nvidia/nccl, or under nvidia/cu13 in newer
+  # layouts), found by walking the nvidia namespace package.
+  local wheel
+  wheel=$("${PY[@]}" -c '
+import os, nvidia
+for base in nvidia.__path__:
+    for root, _, files in os.walk(base):
+        if "nccl.h" in files and os.path.basename(root) == "include":
+            print(os.path.dirname(root)); raise SystemExit' 2>/dev/null)
+  # CMake gets a folder with NCCL's headers and libnccl alone, so that the binaries'
+  # RUNPATH cannot reach the wheel's other CUDA libraries (cuBLAS, ...) before the toolkit's.
+  if [[ -n $wheel && -e $wheel/lib/libnccl.so.2 ]]; then
+    mkdir -p "$WORK/nccl/lib" && ln -sfn "$wheel/include" "$WORK/nccl/include" &&
+      ln -sf "$wheel/lib/libnccl.so.2" "$WORK/nccl/lib/libnccl.so.2" && echo "$WORK/nccl"
+  fi
+}
+
 stage_configure() {
-  local gen=() leaks
+  local gen=() leaks nccl
   command -v ninja >/dev/null && gen=(-G Ninja)
+  nccl=$(nccl_root)
   mkdir -p "$BUILD" && rm -f "$BUILD/CMakeCache.txt"
   "${NICE[@]}" cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DRINGSTEP_CUDA=ON -DRINGSTEP_BLAS=OFF -DCMAKE_PREFIX_PATH="$P" \
@@ -197,7 +201,7 @@ stage_configure() {
     -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_CXX_SKIP_MPICXX=ON \
     -DMPI_CXX_HEADER_DIR="$LIB/openmpi/include" -DMPI_CXX_LIB_NAMES=mpi \
     -DMPI_mpi_LIBRARY="$LIB/openmpi/lib/libmpi.so" -DMPIEXEC_EXECUTABLE="$P/bin/mpiexec" \
-    ${NCCL_DIR:+-DNCCL_ROOT="$NCCL_DIR"} \
+    ${nccl:+-DNCCL_ROOT="$nccl"} \
     >"$WORK/logs/configure_cmake.log" 2>&1
   local rc=$?
   if [[ $rc -ne 0 ]]; then
