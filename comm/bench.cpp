@@ -168,21 +168,14 @@ class HostLane final : public Lane {
 class NcclLane final : public Lane {
  public:
   explicit NcclLane(Communicator& host) : nccl_(host) {}
-  ~NcclLane() override {
-    cuda::device_free(input_);
-    cuda::device_free(work_);
-  }
+  ~NcclLane() override { cuda::device_free(work_); }
   void load(const std::byte* input, size_t bytes) override {
     if (bytes > capacity_) {
-      cuda::device_free(input_);
       cuda::device_free(work_);
-      input_ = cuda::device_alloc(bytes);
       work_ = cuda::device_alloc(bytes);
       capacity_ = bytes;
     }
-    if (bytes != loaded_) cuda::copy_to_device(input_, input, bytes);
-    loaded_ = bytes;
-    if (bytes) cuda::copy_bytes(work_, input_, bytes);
+    if (bytes) cuda::copy_to_device(work_, input, bytes);
   }
   void run(AllreduceAlgo algo, size_t count, DType dt, const RingOptions& ring) override {
     if (algo == AllreduceAlgo::ring)
@@ -199,8 +192,8 @@ class NcclLane final : public Lane {
 
  private:
   nccl::NcclComm nccl_;
-  void *input_ = nullptr, *work_ = nullptr;
-  size_t capacity_ = 0, loaded_ = size_t(-1);
+  void* work_ = nullptr;
+  size_t capacity_ = 0;
   std::vector<std::byte> host_;
 };
 #endif
