@@ -21,6 +21,8 @@ struct PlanCommand {
   std::string check_dir, calibrate_dir;  // --check RUN_DIR, --calibrate RUN_DIR
   std::vector<std::string> overrides;
   int ranks = 1, gpus_per_node = 0;  // 0: all ranks on one node
+  int tensor_parallel = 1, pipeline_parallel = 1, virtual_stages = 1;  // train/plan.h
+  bool distributed_optimizer = false;
   double link_gbps = 0;              // 0: the device's links
   std::string device;                // "" = cpu
   std::string calibration, bench, output;

@@ -106,6 +106,28 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 16).description(""))
       ->needs(plan_config);
   plan_cmd
+      ->add_option("--tensor-parallel", plan.tensor_parallel,
+                   "Model as Megatron: T ranks of a node split each block (default 1)")
+      ->type_name("T")
+      ->check(CLI::Range(1, 1 << 16).description(""))
+      ->needs(plan_config);
+  plan_cmd
+      ->add_option("--pipeline-parallel", plan.pipeline_parallel,
+                   "Model as Megatron: P pipeline stages of the blocks (default 1)")
+      ->type_name("P")
+      ->check(CLI::Range(1, 1 << 16).description(""))
+      ->needs(plan_config);
+  plan_cmd
+      ->add_option("--virtual-stages", plan.virtual_stages,
+                   "Interleaved 1F1B: V chunks per pipeline stage (default 1)")
+      ->type_name("V")
+      ->check(CLI::Range(1, 1 << 16).description(""))
+      ->needs(plan_config);
+  plan_cmd
+      ->add_flag("--distributed-optimizer", plan.distributed_optimizer,
+                 "Model the optimizer sharded over the data-parallel replicas (ZeRO-1)")
+      ->needs(plan_config);
+  plan_cmd
       ->add_option("--link-gbps", plan.link_gbps,
                    "The inter-node link (one node: the link) at B Gb/s per rank")
       ->type_name("B")

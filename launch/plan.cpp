@@ -119,10 +119,21 @@ void print_prediction(const Config& cfg, const PlanDevice& dev, const PlanCluste
                 cl.inter.alpha_us);
   std::printf(
       "\n  step       %.2f ms = compute %.2f (forward %.2f, backward %.2f) + optimizer "
-      "%.2f + exposed comm %.2f + overhead %.2f\n",
+      "%.2f + exposed comm %.2f + overhead %.2f",
       p.step_ms, p.compute_ms, p.forward_ms, p.backward_ms, p.optimizer_ms, p.comm_exposed_ms,
       p.overhead_ms);
-  if (cl.ranks > 1)
+  const ModelParallel& mp = cl.parallel;
+  if (mp.model_ranks() > 1)
+    std::printf(" + tensor-parallel comm %.2f + pipeline bubble %.2f", p.tensor_comm_ms,
+                p.bubble_ms);
+  std::printf("\n");
+  if (mp.model_ranks() > 1 || mp.distributed_optimizer)
+    std::printf(
+        "  parallel   tensor %d x pipeline %d (%d virtual stage%s) x data %d%s; the last stage's "
+        "step (Megatron's layout; ringstep trains data-parallel only)\n",
+        mp.tensor, mp.pipeline, mp.virtual_stages, mp.virtual_stages == 1 ? "" : "s",
+        p.data_parallel, mp.distributed_optimizer ? ", optimizer sharded over data" : "");
+  if (p.data_parallel > 1)
     std::printf(
         "  comm       %d bucket%s of comm.bucket_mb = %g, %.2f ms in flight (%s), %s "
         "sent per rank\n",
@@ -142,7 +153,8 @@ void print_prediction(const Config& cfg, const PlanDevice& dev, const PlanCluste
   for (const auto& [policy, policy_name] : enum_names(RecomputePolicy{})) {
     opt.recompute = policy;
     std::printf("%s%s %s", first ? "" : ", ", policy_name,
-                mib(spec.activations(opt, dev.kind, cfg.train.micro_batch, cfg.model.seq_len).peak)
+                mib(activation_bytes(spec, opt, dev.kind, cfg.train.micro_batch,
+                                     cfg.model.seq_len, cl.parallel))
                     .c_str());
     first = false;
   }
@@ -170,10 +182,17 @@ nlohmann::ordered_json prediction_json(const Config& cfg, const PlanDevice& dev,
                               {"comm_ms", p.comm_ms},
                               {"comm_exposed_ms", p.comm_exposed_ms},
                               {"overhead_ms", p.overhead_ms},
+                              {"tensor_comm_ms", p.tensor_comm_ms},
+                              {"bubble_ms", p.bubble_ms},
                               {"tokens_per_s", p.tokens_per_s},
                               {"mfu", p.mfu},
                               {"ranks", cl.ranks},
                               {"gpus_per_node", cl.per_node},
+                              {"tensor_parallel", cl.parallel.tensor},
+                              {"pipeline_parallel", cl.parallel.pipeline},
+                              {"virtual_stages", cl.parallel.virtual_stages},
+                              {"data_parallel", p.data_parallel},
+                              {"distributed_optimizer", cl.parallel.distributed_optimizer},
                               {"buckets", p.buckets},
                               {"algorithm", name(p.algorithm)},
                               {"sent_bytes", p.sent_bytes}};
@@ -203,11 +222,14 @@ int run_plan(const PlanCommand& o) {
   if (!o.check_dir.empty()) return check_command(o, cpu, bench_link ? &*bench_link : nullptr);
 
   const Config cfg = load_config(o.config, o.overrides);
-  validate_for_world(cfg, o.ranks);
   const int per_node = std::min(o.ranks, o.gpus_per_node > 0 ? o.gpus_per_node : o.ranks);
   PlanCluster cl;
   cl.ranks = o.ranks;
   cl.per_node = per_node;
+  cl.parallel = {o.tensor_parallel, o.pipeline_parallel, o.virtual_stages,
+                 o.distributed_optimizer};
+  check_parallel(cfg, cl);
+  validate_for_world(cfg, o.ranks / cl.parallel.model_ranks());
   PlanDevice dev;
   const std::string device = o.device.empty() ? "cpu" : o.device;
   if (device == "cpu") {

@@ -154,18 +154,81 @@ double hierarchical_allreduce_ms(double bytes, int ranks, int per_node, const Li
   return 2 * intra_half + allreduce_ms(AllreduceAlgorithm::ring, bytes / g, nodes, inter);
 }
 
+void check_parallel(const Config& cfg, const PlanCluster& c) {
+  const ModelParallel& mp = c.parallel;
+  const ModelConfig& m = cfg.model;
+  auto fail = [](const std::string& why) { throw InputError("model parallelism: " + why); };
+  if (mp.tensor < 1 || mp.pipeline < 1 || mp.virtual_stages < 1)
+    fail("--tensor-parallel, --pipeline-parallel and --virtual-stages must be >= 1");
+  if (c.ranks % mp.model_ranks() != 0)
+    fail("--ranks " + std::to_string(c.ranks) + " is not a multiple of tensor x pipeline = " +
+         std::to_string(mp.model_ranks()));
+  if (mp.tensor > c.per_node || c.per_node % mp.tensor != 0)
+    fail("--tensor-parallel " + std::to_string(mp.tensor) +
+         " must divide the ranks per node (" + std::to_string(c.per_node) +
+         "): tensor parallelism stays inside a node");
+  if (m.n_heads % mp.tensor != 0)
+    fail("model.n_heads " + std::to_string(m.n_heads) + " is not a multiple of --tensor-parallel " +
+         std::to_string(mp.tensor));
+  if (m.n_layers % (mp.pipeline * mp.virtual_stages) != 0)
+    fail("model.n_layers " + std::to_string(m.n_layers) +
+         " is not a multiple of pipeline x virtual stages = " +
+         std::to_string(mp.pipeline * mp.virtual_stages));
+  if (mp.distributed_optimizer && cfg.optimizer.name != OptimizerKind::adamw)
+    fail("--distributed-optimizer models AdamW only (1-bit Adam keeps whole error buffers)");
+  if (mp.virtual_stages > 1 && (mp.pipeline < 2 || cfg.train.grad_accum_steps % mp.pipeline != 0))
+    fail("--virtual-stages > 1 needs --pipeline-parallel >= 2 and train.grad_accum_steps (the "
+         "micro-batches) a multiple of it, as Megatron's interleaved schedule does");
+}
+
+namespace {
+
+// The gradient units one rank of the last pipeline stage holds, in backward order, each
+// divided among the tensor ranks: its blocks (units 0 .. L/p - 1) and, with one stage, the
+// embeddings; with several, the last stage's copy of the tied token embedding. Without
+// model parallelism, the spec's units as they are.
+std::vector<std::pair<size_t, size_t>> stage_units(const GptSpec& spec, const ModelParallel& mp) {
+  const auto units = spec.bucket_units();
+  if (mp.model_ranks() == 1) return units;
+  const size_t stage_layers = size_t(spec.config().n_layers / mp.pipeline);
+  std::vector<size_t> sizes;
+  for (size_t u = 0; u < stage_layers; ++u) sizes.push_back(units[u].second - units[u].first);
+  const Registry& reg = spec.registry();
+  sizes.push_back(mp.pipeline == 1 ? units.back().second - units.back().first
+                                   : reg.tensors()[spec.wte()].numel);
+  // Contiguous ranges, each just below the previous one, as the spec's are.
+  size_t top = 0;
+  for (size_t& n : sizes) top += n = (n + mp.tensor - 1) / mp.tensor;
+  std::vector<std::pair<size_t, size_t>> out;
+  for (size_t n : sizes) out.push_back({top - n, top}), top -= n;
+  return out;
+}
+
+}  // namespace
+
 Prediction predict(const Config& cfg, const PlanDevice& dev, const PlanCluster& cluster) {
   const GptSpec spec(cfg.model);
   const GptOptions opt = gpt_options(cfg);
   const int B = cfg.train.micro_batch, T = cfg.model.seq_len, A = cfg.train.grad_accum_steps;
   const int p = std::max(1, cluster.ranks);
+  const ModelParallel& mp = cluster.parallel;
+  const int tp = mp.tensor, pp = mp.pipeline, vp = mp.virtual_stages;
+  const int dp = std::max(1, p / mp.model_ranks());
+  const bool sharded = mp.distributed_optimizer && dp > 1;
   const OpProfile ops = spec.step_ops(opt, dev.kind, B, T, A);
   Prediction r;
+  r.data_parallel = dp;
+  // The last stage's share of an op: its blocks' part of a block op, the whole head, the
+  // embedding only with one stage; each divided among the tensor ranks.
   auto op_ms = [&](OpPhase phase, Op op) {
     const OpStat& s = ops.at(phase, op);
     if (s.calls == 0) return 0.0;
-    return bound_ms(s, dev.peak_gflops, dev.mem_bandwidth_gbs) /
-           std::max(1e-6, dev.efficiency[size_t(op_class(op))]);
+    const double ms = bound_ms(s, dev.peak_gflops, dev.mem_bandwidth_gbs) /
+                      std::max(1e-6, dev.efficiency[size_t(op_class(op))]);
+    if (phase == OpPhase::optimizer && sharded) return ms / (tp * pp * dp);
+    if (op == Op::lm_head || op == Op::softmax_xent) return ms / tp;
+    if (op == Op::embedding && phase != OpPhase::optimizer) return pp == 1 ? ms / tp : 0;
+    return ms / (tp * pp);
   };
   for (const auto& [op, op_name] : enum_names(Op{})) {
     r.forward_ms += op_ms(OpPhase::forward, op);
@@ -174,51 +237,93 @@ Prediction predict(const Config& cfg, const PlanDevice& dev, const PlanCluster& 
   }
   r.compute_ms = r.forward_ms + r.backward_ms;
 
-  // The last micro-batch's backward: the head, then block L-1 ... 0, then the embeddings;
-  // unit u (block L-1-u) is done after the head and u + 1 blocks (models/gpt_spec.h).
-  const double bwd = r.backward_ms / A;
+  const int L = cfg.model.n_layers, stage_layers = L / pp;
+  // Tensor parallelism: per block and micro-batch two collectives of the B x T x C activations
+  // forward, two backward, and one more for a block that backward recomputes from its input
+  // (it stops before the MLP's output projection). On the critical path.
+  double tensor_bwd_ms = 0;
+  const double act_bytes = double(B) * T * cfg.model.d_model * dtype_size(cfg.precision.dtype);
+  if (tp > 1) {
+    const double one = allreduce_ms(AllreduceAlgorithm::ring, act_bytes, tp, cluster.intra);
+    double recomputed = 0;
+    for (int l = L - stage_layers; l < L; ++l)
+      recomputed += block_keep(opt, l) == BlockKeep::input ? 1 : 0;
+    tensor_bwd_ms = A * one * (2.0 * stage_layers + recomputed);
+    r.tensor_comm_ms = A * one * 2.0 * stage_layers + tensor_bwd_ms;
+  }
+  // The pipeline: (p - 1) / v micro-batches' forward and backward of idle time on each stage,
+  // and the first forward and last backward crossing every chunk boundary; the sends of the
+  // steady state hide under compute. A send carries a tensor rank's 1/t of the activations.
+  if (pp > 1) {
+    const bool across_nodes = tp * dp >= cluster.per_node;
+    const LinkModel& link = across_nodes ? cluster.inter : cluster.intra;
+    const double send_ms = link.alpha_us / 1e3 + act_bytes / tp / (link.busbw_gbs * 1e6);
+    const double micro_ms = (r.compute_ms + r.tensor_comm_ms) / A;
+    r.bubble_ms = double(pp - 1) / vp * micro_ms + 2.0 * (pp * vp - 1) * send_ms;
+  }
+
+  // The last micro-batch's backward: the head, then this stage's blocks from the top, then
+  // (one stage) the embeddings; unit u (block L-1-u) is done after the head and u + 1 blocks.
+  const double bwd = (r.backward_ms + tensor_bwd_ms) / A;
   const double head =
       (op_ms(OpPhase::backward, Op::lm_head) + op_ms(OpPhase::backward, Op::softmax_xent)) / A;
   const double emb = op_ms(OpPhase::backward, Op::embedding) / A;
-  const int L = cfg.model.n_layers;
-  const double block = L > 0 ? std::max(0.0, bwd - head - emb) / L : 0;
-  auto unit_done = [&](int u) { return u < L ? head + (u + 1) * block : bwd; };
+  const double block = stage_layers > 0 ? std::max(0.0, bwd - head - emb) / stage_layers : 0;
+  auto unit_done = [&](int u) { return u < stage_layers ? head + (u + 1) * block : bwd; };
 
-  std::vector<Bucket> buckets =
-      make_buckets(spec.bucket_units(), size_t(cfg.comm.bucket_mb * 1048576.0));
+  const std::vector<std::pair<size_t, size_t>> units = stage_units(spec, mp);
+  double n = 0;  // the elements of this rank's parameters (and gradients)
+  for (const auto& [begin, end] : units) n += double(end - begin);
+  std::vector<Bucket> buckets = make_buckets(units, size_t(cfg.comm.bucket_mb * 1048576.0));
   std::vector<size_t> starts;  // 1-bit Adam's scales are per tensor in each bucket
-  for (const TensorInfo& t : spec.registry().tensors()) starts.push_back(t.offset);
+  if (mp.model_ranks() == 1)
+    for (const TensorInfo& t : spec.registry().tensors()) starts.push_back(t.offset);
+  else
+    for (const Bucket& k : buckets) starts.push_back(k.begin);  // one per bucket (approximate)
   cut_at_tensors(buckets, starts);
   r.buckets = int(buckets.size());
   const bool onebit = cfg.optimizer.name == OptimizerKind::onebit_adam;
-  if (p > 1) {
+  PlanCluster replicas = cluster;  // the data-parallel group: one rank in t is a neighbour
+  replicas.ranks = dp;
+  replicas.per_node = std::max(1, cluster.per_node / tp);
+  if (dp > 1) {
     std::vector<double> ready, ms;
     for (const Bucket& k : buckets) {
       const double n = double(k.end - k.begin);
       const bool under_backward = onebit ? cfg.optimizer.onebit.overlap : cfg.comm.overlap;
       ready.push_back(under_backward ? unit_done(k.last_unit) : bwd);
       if (onebit) {
-        ms.push_back(sign_exchange_ms(n, double(k.tensor_ends.size()), cluster));
-        r.sent_bytes += 2.0 * (p - 1) / p * (n / 8 + 4 * double(k.tensor_ends.size()));
+        ms.push_back(sign_exchange_ms(n, double(k.tensor_ends.size()), replicas));
+        r.sent_bytes += 2.0 * (dp - 1) / dp * (n / 8 + 4 * double(k.tensor_ends.size()));
       } else {
-        const Exchange e = bucket_allreduce(4 * n, cluster);
-        ms.push_back(e.ms);
+        // Sharded: the reduce-scatter half of the AllReduce.
+        const Exchange e = bucket_allreduce(4 * n, replicas);
+        const double share = sharded ? 0.5 : 1;
+        ms.push_back(share * e.ms);
         r.algorithm = e.algo;
-        r.sent_bytes += allreduce_sent_bytes(e.algo, 4 * n, cluster);
+        r.sent_bytes += share * allreduce_sent_bytes(e.algo, 4 * n, replicas);
       }
     }
     for (double m : ms) r.comm_ms += m;
     r.comm_exposed_ms = std::max(0.0, fifo_end(ready, ms) - bwd);
+    if (sharded) {  // the parameters' allgather, under the next step's first forward
+      const double bytes = n * dtype_size(cfg.precision.dtype);
+      const Exchange e = bucket_allreduce(bytes, replicas);
+      r.comm_ms += e.ms / 2;
+      r.sent_bytes += allreduce_sent_bytes(e.algo, bytes, replicas) / 2;
+      r.comm_exposed_ms += std::max(0.0, e.ms / 2 - r.forward_ms / A);
+    }
+  }
+  if (p > 1)
     r.overhead_ms += kBookkeepingCollectives * allreduce_ms(AllreduceAlgorithm::recursive_doubling,
                                                             64, p, flat_link(cluster));
-  }
-  const double n = double(spec.registry().total_numel());
   if (onebit)  // compression and decompression, on the training thread
     r.optimizer_ms += n * kOneBitCodecBytesPerElem / (dev.mem_bandwidth_gbs * 1e6) /
                       std::max(1e-6, dev.efficiency[size_t(OpClass::elementwise)]);
   r.overhead_ms += dev.step_overhead_ms;
-  r.step_ms = r.compute_ms + r.optimizer_ms + r.comm_exposed_ms + r.overhead_ms;
-  const double tokens = double(B) * A * p * T;
+  r.step_ms = r.compute_ms + r.tensor_comm_ms + r.bubble_ms + r.optimizer_ms +
+              r.comm_exposed_ms + r.overhead_ms;
+  const double tokens = double(B) * A * dp * T;
   const Throughput t =
       throughput(tokens, r.step_ms, spec.model_flops_per_token(), p, dev.peak_gflops);
   r.tokens_per_s = t.tokens_per_s;
@@ -226,9 +331,20 @@ Prediction predict(const Config& cfg, const PlanDevice& dev, const PlanCluster& 
 
   r.params_bytes = 4 * n;
   r.grads_bytes = 4 * n;
-  r.optimizer_bytes = 8 * n + (onebit ? 8 * n : 0);  // AdamW's moments; 1-bit's two errors
-  r.activations_bytes = spec.activations(opt, dev.kind, B, T).peak;
+  r.optimizer_bytes = 8 * n / (sharded ? dp : 1) + (onebit ? 8 * n : 0);  // AdamW's moments;
+                                                                          // 1-bit's two errors
+  r.activations_bytes = activation_bytes(spec, opt, dev.kind, B, T, mp);
   return r;
+}
+
+double activation_bytes(const GptSpec& spec, const GptOptions& opt, Device device, int B, int T,
+                        const ModelParallel& mp) {
+  // A pipeline's first stage holds p micro-batches of its L/p blocks in flight: one
+  // micro-batch of every block, (1 + (p-1)/(p v)) of it interleaved (Korthikanti et al.
+  // 2022); tensor ranks each hold 1/t with sequence parallelism.
+  const int pp = mp.pipeline, vp = mp.virtual_stages;
+  const double in_flight = pp > 1 ? 1 + double(pp - 1) / (pp * vp) : 1;
+  return spec.activations(opt, device, B, T).peak * in_flight / mp.tensor;
 }
 
 std::vector<Knob> knobs(const Config& cfg, const PlanDevice& device, const PlanCluster& cluster) {
@@ -268,6 +384,7 @@ std::vector<Knob> knobs(const Config& cfg, const PlanDevice& device, const PlanC
     Config c;
     try {  // the sets as `--set` applies them; a knob the config's rules refuse is left out
       c = parse_config(yaml, "knob", sets);
+      check_parallel(c, cluster);
     } catch (const InputError&) {
       continue;
     }

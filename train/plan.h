@@ -72,10 +72,26 @@ double allreduce_ms(AllreduceAlgorithm algo, double bytes, int ranks, const Link
 double hierarchical_allreduce_ms(double bytes, int ranks, int per_node, const LinkModel& intra,
                                  const LinkModel& inter);
 
+// Model parallelism as Megatron-LM lays it out (Narayanan et al. 2021), which the plan
+// models and ringstep's trainer does not run. TENSOR ranks of one node split every block's
+// products (with sequence parallelism, so that each of a block's AllReduces of B x T x C
+// activations is a reduce-scatter and an allgather: the same bytes); PIPELINE stages split
+// the blocks, each rank holding VIRTUAL_STAGES chunks of the interleaved 1F1B schedule; the
+// ranks left over are data-parallel replicas. Rank order: tensor, then data, then pipeline.
+// DISTRIBUTED_OPTIMIZER shards the optimizer over the replicas (ZeRO stage 1, Megatron's
+// distributed optimizer): each replica reduce-scatters the fp32 gradients, updates its 1/d,
+// and allgathers the parameters (in the storage dtype) under the next step's first forward.
+struct ModelParallel {
+  int tensor = 1, pipeline = 1, virtual_stages = 1;
+  bool distributed_optimizer = false;
+  int model_ranks() const { return tensor * pipeline; }
+};
+
 // Where the ranks run.
 struct PlanCluster {
   int ranks = 1;
   int per_node = 1;  // ranks sharing the intra-node link
+  ModelParallel parallel;
   LinkModel intra, inter;
   // The algorithm the run uses; absent, the fastest of the model's for each bucket.
   bool fixed_algorithm = false;
@@ -86,6 +102,9 @@ struct PlanCluster {
 struct Prediction {
   double compute_ms = 0;  // forward + backward of every micro-batch (recompute included)
   double forward_ms = 0, backward_ms = 0;
+  double tensor_comm_ms = 0;  // tensor parallelism's collectives (on the critical path)
+  double bubble_ms = 0;       // the pipeline's fill and drain
+  int data_parallel = 1;      // replicas exchanging gradients
   double optimizer_ms = 0;     // the update (and 1-bit Adam's compression)
   double comm_ms = 0;          // the gradient exchange in flight
   double comm_exposed_ms = 0;  // the part backward does not hide
@@ -102,9 +121,26 @@ struct Prediction {
   }
 };
 
+// InputError unless CLUSTER's model parallelism can lay out CFG: the ranks a multiple of
+// tensor x pipeline, tensor ranks within a node, heads and layers divisible, and the
+// interleaved schedule's micro-batches a multiple of the stages.
+void check_parallel(const Config& cfg, const PlanCluster& cluster);
+
 // The step of CFG (its model, batch, precision, recompute, comm and optimizer) on DEVICE and
-// CLUSTER. With optimizer onebit_adam, the compressed stage's step.
+// CLUSTER. With optimizer onebit_adam, the compressed stage's step. Under model parallelism,
+// the last pipeline stage's step (the head makes it the slowest): its share of every op,
+// tensor parallelism's collectives, the bubble (p - 1) / v of a micro-batch's forward and
+// backward plus the point-to-point sends that fill and drain the pipeline, and the
+// data-parallel exchange of its gradients with the same overlap as without.
 Prediction predict(const Config& cfg, const PlanDevice& device, const PlanCluster& cluster);
+
+class GptSpec;
+struct GptOptions;
+// Activation bytes at their peak on the rank that holds the most: the spec's for a B x T
+// micro-batch, divided among MP's tensor ranks and scaled by the micro-batches a pipeline
+// keeps in flight.
+double activation_bytes(const GptSpec& spec, const GptOptions& opt, Device device, int B, int T,
+                        const ModelParallel& mp);
 
 // One knob turned: the --set that turns it and the step it predicts.
 struct Knob {

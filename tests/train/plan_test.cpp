@@ -165,6 +165,115 @@ TEST(Plan, OneBitAdamSendsAboutAThirtySecondOfTheVolume) {
   EXPECT_GT(onebit.optimizer_bytes, adamw.optimizer_bytes);  // the two error buffers
 }
 
+PlanCluster ModelParallelCluster(int ranks, int per_node, ModelParallel mp) {
+  PlanCluster c;
+  c.ranks = ranks;
+  c.per_node = per_node;
+  c.intra = {1, 10, "intra"};
+  c.inter = kLink;
+  c.fixed_algorithm = true;
+  c.parallel = mp;
+  return c;
+}
+
+// Tensor ranks each take 1/t of every op (one stage: the head and embedding too) and pay
+// two collectives of the B x T x C activations per block forward, two backward, and one more
+// for each block backward recomputes from its input.
+TEST(PlanModelParallel, TensorRanksSplitTheOpsAndPayTheirCollectives) {
+  Config cfg = Tiny();
+  const Prediction one = predict(cfg, Device1(), PlanCluster{});
+  const Prediction t2 = predict(cfg, Device1(), ModelParallelCluster(2, 2, {2, 1, 1}));
+  EXPECT_EQ(t2.data_parallel, 1);
+  EXPECT_NEAR(t2.compute_ms, one.compute_ms / 2, 1e-12 * one.compute_ms);
+  EXPECT_NEAR(t2.optimizer_ms, one.optimizer_ms / 2, 1e-12 * one.optimizer_ms);
+  EXPECT_EQ(t2.comm_ms, 0);  // one replica: no gradient exchange
+  EXPECT_EQ(t2.bubble_ms, 0);
+  const double act = 8.0 * 128 * 128 * 4;  // B x T x C fp32
+  const LinkModel intra{1, 10, "intra"};
+  const double coll = allreduce_ms(AllreduceAlgorithm::ring, act, 2, intra);
+  EXPECT_NEAR(t2.tensor_comm_ms, 2 * coll * 4 * 4, 1e-12);  // 2 micro-batches, 4 blocks
+  cfg.recompute.policy = RecomputePolicy::full;
+  EXPECT_NEAR(predict(cfg, Device1(), ModelParallelCluster(2, 2, {2, 1, 1})).tensor_comm_ms,
+              2 * coll * 5 * 4, 1e-12);
+  EXPECT_NEAR(t2.step_ms, t2.compute_ms + t2.tensor_comm_ms + t2.bubble_ms + t2.optimizer_ms +
+                              t2.comm_exposed_ms + t2.overhead_ms,
+              1e-12 * t2.step_ms);
+  // Memory: each tensor rank holds half of every unit (rounded up) and half the activations.
+  const double n = double(GptSpec(cfg.model).registry().total_numel());
+  EXPECT_NEAR(t2.params_bytes, 4 * n / 2, 4.0 * (cfg.model.n_layers + 1));
+  EXPECT_DOUBLE_EQ(t2.activations_bytes, one.activations_bytes / 2);
+}
+
+// The interleaved pipeline idles (p - 1) / v micro-batches' forward and backward and sends
+// the first forward and last backward across every chunk boundary; data parallelism over the
+// ranks left exchanges the stage's gradients among its replicas.
+TEST(PlanModelParallel, PipelineBubbleAndReplicasFollowTheirFormulas) {
+  Config cfg = Tiny();
+  cfg.train.grad_accum_steps = 4;
+  const int per_node = 2;  // pipeline neighbours sit t x d = 2 ranks apart: another node
+  for (int v : {1, 2}) {
+    const Prediction p = predict(cfg, Device1(), ModelParallelCluster(8, per_node, {1, 2, v}));
+    EXPECT_EQ(p.data_parallel, 4);
+    const double send = 1e-3 + 8.0 * 128 * 128 * 4 / 1e6;  // the inter link: 1 us, 1 GB/s
+    const double micro = p.compute_ms / 4;
+    EXPECT_NEAR(p.bubble_ms, 1.0 / v * micro + 2.0 * (2 * v - 1) * send, 1e-9 * p.bubble_ms) << v;
+    // The last stage's gradients: blocks 2 and 3 and its copy of the token embedding,
+    // AllReduced in full (2 (d-1)/d of them) by the 4 replicas.
+    const GptSpec spec(cfg.model);
+    const auto units = spec.bucket_units();
+    const double n = double(units[0].second - units[0].first) +
+                     double(units[1].second - units[1].first) +
+                     double(spec.registry().tensors()[spec.wte()].numel);
+    EXPECT_NEAR(p.params_bytes, 4 * n, 1e-9 * n);
+    EXPECT_NEAR(p.sent_bytes, 2 * 3.0 / 4 * 4 * n, 1e-9 * n) << v;
+  }
+  // v = 2 keeps fewer micro-batches in flight than v = 1: (1 + 1/4) and (1 + 1/2) of one.
+  const Prediction v1 = predict(cfg, Device1(), ModelParallelCluster(8, per_node, {1, 2, 1}));
+  const Prediction v2 = predict(cfg, Device1(), ModelParallelCluster(8, per_node, {1, 2, 2}));
+  EXPECT_DOUBLE_EQ(v2.activations_bytes / v1.activations_bytes, 1.25 / 1.5);
+}
+
+// The sharded optimizer: the reduce-scatter half of the gradients' AllReduce, then the
+// parameters' allgather in the storage dtype; each replica keeps 1/d of the moments.
+TEST(PlanModelParallel, DistributedOptimizerHalvesTheExchangeAndShardsTheMoments) {
+  Config cfg = Tiny();
+  cfg.precision.dtype = DType::bf16;
+  const PlanCluster whole = ModelParallelCluster(4, 4, {1, 1, 1, false});
+  const PlanCluster sharded = ModelParallelCluster(4, 4, {1, 1, 1, true});
+  const Prediction a = predict(cfg, Device1(), whole), z = predict(cfg, Device1(), sharded);
+  const double n = double(GptSpec(cfg.model).registry().total_numel());
+  EXPECT_NEAR(a.sent_bytes, 2 * 3.0 / 4 * 4 * n, 1e-9 * n);
+  EXPECT_NEAR(z.sent_bytes, 3.0 / 4 * 4 * n + 3.0 / 4 * 2 * n, 1e-9 * n);
+  EXPECT_DOUBLE_EQ(z.optimizer_bytes, a.optimizer_bytes / 4);
+  EXPECT_LT(z.optimizer_ms, a.optimizer_ms);
+  cfg.optimizer.name = OptimizerKind::onebit_adam;
+  EXPECT_THROW(check_parallel(cfg, sharded), InputError);
+}
+
+TEST(PlanModelParallel, LayoutsThatCannotHoldTheModelAreRefused) {
+  Config cfg = Tiny();  // 4 heads, 4 layers
+  cfg.train.grad_accum_steps = 3;
+  for (const auto& [cl, fragment] : std::vector<std::pair<PlanCluster, std::string>>{
+           {ModelParallelCluster(6, 6, {4, 1, 1}), "not a multiple"},
+           {ModelParallelCluster(8, 2, {4, 1, 1}), "inside a node"},
+           {ModelParallelCluster(24, 8, {8, 1, 1}), "n_heads"},
+           {ModelParallelCluster(8, 8, {1, 8, 1}), "n_layers"},
+           {ModelParallelCluster(8, 8, {1, 2, 2}), "interleaved"},  // 3 micro-batches, 2 stages
+           {ModelParallelCluster(8, 8, {2, 2, 1}), ""},
+       }) {
+    if (fragment.empty()) {
+      EXPECT_NO_THROW(check_parallel(cfg, cl));
+      continue;
+    }
+    try {
+      check_parallel(cfg, cl);
+      ADD_FAILURE() << "accepted: " << fragment;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Plan, FitLinkRecoversAlphaAndBusbw) {
   const fs::path f = fs::temp_directory_path() / ("plan_bench_" + std::to_string(getpid()));
   {
@@ -245,6 +354,10 @@ TEST(PlanCli, BadInputsExitWithCodeTwo) {
            {"plan " + tiny + " --set model.n_heads=3", "n_heads"},
            {"plan " + tiny + " --ranks 3 --set train.global_batch=16", "global_batch"},
            {"plan " + tiny + " --check /tmp", "--check"},
+           {"plan " + tiny + " --ranks 4 --tensor-parallel 3", "tensor x pipeline"},
+           {"plan " + tiny + " --ranks 4 --pipeline-parallel 0", "--pipeline-parallel"},
+           {"plan " + tiny + " --ranks 4 --pipeline-parallel 2 --virtual-stages 2 --set "
+            "train.grad_accum_steps=3", "interleaved"},
            {"plan --check /no/such/run", "not found"},
            {"plan --calibrate /no/such/run", "not found"},
            {"plan " + tiny + " --calibration /no/such.json", "such.json"},
@@ -265,7 +378,8 @@ TEST(PlanCli, JsonHasTheStepAndItsParts) {
   for (const char* key : {"step_ms", "compute_ms", "comm_exposed_ms", "tokens_per_s", "mfu"})
     EXPECT_TRUE(j.contains(key) && j[key].is_number()) << key;
   EXPECT_NEAR(j["step_ms"].get<double>(),
-              j["compute_ms"].get<double>() + j["optimizer_ms"].get<double>() +
+              j["compute_ms"].get<double>() + j["tensor_comm_ms"].get<double>() +
+                  j["bubble_ms"].get<double>() + j["optimizer_ms"].get<double>() +
                   j["comm_exposed_ms"].get<double>() + j["overhead_ms"].get<double>(),
               1e-9);
   EXPECT_EQ(j["ranks"], 64);
