@@ -363,7 +363,7 @@ std::vector<Knob> knobs(const Config& cfg, const PlanDevice& device, const PlanC
     turns.push_back(
         {"micro-batch /2, accumulation x2",
          {"train.micro_batch=" + num(mb / 2), "train.grad_accum_steps=" + num(2 * acc)}});
-  if (cluster.ranks > 1) {
+  if (cluster.ranks / cluster.parallel.model_ranks() > 1) {  // data-parallel replicas
     turns.push_back({"buckets /4", {"comm.bucket_mb=" + num(cfg.comm.bucket_mb / 4)}});
     turns.push_back({"buckets x4", {"comm.bucket_mb=" + num(cfg.comm.bucket_mb * 4)}});
     if (!cfg.comm.overlap) turns.push_back({"overlap on", {"comm.overlap=true"}});
