@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "comm/agree.h"
 #include "comm/bench.h"
 #include "comm/mpi_communicator.h"
 #include "core/checksum.h"
@@ -43,34 +44,18 @@ void add_bench_subcommands(CLI::App& bench, BenchCommand& opts) {
 
 namespace {
 
-// Runs CHECK on every rank of WORLD, then agrees on its outcome before anything else is
-// communicated. Where it threw InputError on some rank, each distinct message is printed
-// once, by the lowest rank that met it (naming the ranks unless every rank met it), and
-// every rank throws AlreadyReported: one message per cause under mpirun, not one per rank.
+// Runs CHECK on every rank of WORLD and agrees on its outcome (comm/agree.h) before
+// anything else is communicated.
 void check_on_every_rank(Communicator& world, const std::function<void()>& check) {
-  std::string error;
-  try {
-    check();
-  } catch (const InputError& e) {
-    error = e.what();
-  }
-  // 0: no error; else a hash of the message, never 0.
-  std::vector<uint64_t> all(size_t(world.size()));
-  all[size_t(world.rank())] = error.empty() ? 0 : fnv1a64(error.data(), error.size()) | 1;
-  world.allgather_bytes(all.data(), sizeof(uint64_t));
-  if (std::all_of(all.begin(), all.end(), [](uint64_t h) { return h == 0; })) return;
-  const uint64_t mine = all[size_t(world.rank())];
-  std::vector<int> alike;
-  for (int r = 0; r < world.size(); ++r)
-    if (all[size_t(r)] == mine) alike.push_back(r);
-  if (mine != 0 && alike.front() == world.rank()) {
-    std::string ranks;
-    if (int(alike.size()) < world.size())
-      for (int r : alike) ranks += (ranks.empty() ? " (rank " : ", ") + std::to_string(r);
-    std::fprintf(stderr, "ringstep: error%s: %s\n", (ranks.empty() ? "" : ranks + ")").c_str(),
-                 error.c_str());
-  }
-  throw AlreadyReported{kExitBadInput};
+  agree_on_inputs(
+      world.rank(),
+      [&](uint64_t value) {
+        std::vector<uint64_t> all(size_t(world.size()));
+        all[size_t(world.rank())] = value;
+        world.allgather_bytes(all.data(), sizeof(uint64_t));
+        return all;
+      },
+      check);
 }
 
 }  // namespace

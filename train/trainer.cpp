@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "comm/agree.h"
 #include "core/checksum.h"
 #include "core/device_clock.h"
 #include "core/error.h"
@@ -106,13 +107,16 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
   f.peak_source = std::move(peak.source);
   timer_.time_on_device(runtime(cfg.run.device).make_clock(device_marks(cfg)));
   model_.init(cfg.run.seed);
-  resumed_from_ = find_resume_checkpoint(cfg_, f.rank == 0);
-  if (resumed_from_.empty()) {
-    check_run_dir_free(cfg_);
-    if (!cfg.train.init_from.empty()) init_from(cfg.train.init_from, f.rank == 0);
-  } else {
-    load_checkpoint(resumed_from_, cfg_, f.rank, f.world, model_.params(), state_);
-  }
+  // Each rank reads the checkpoint itself; a bad one is reported once for all of them.
+  agree_on_inputs(f.rank, [&](uint64_t v) { return sync_.gather(v); }, [&] {
+    resumed_from_ = find_resume_checkpoint(cfg_, f.rank == 0);
+    if (resumed_from_.empty()) {
+      check_run_dir_free(cfg_);
+      if (!cfg.train.init_from.empty()) init_from(cfg.train.init_from, f.rank == 0);
+    } else {
+      load_checkpoint(resumed_from_, cfg_, f.rank, f.world, model_.params(), state_);
+    }
+  });
   sync_.setup(model_);
   if (f.world > 1) sync_.check_replicas(std::as_const(model_).params(), 0);
   f.flops_per_token = model_.model_flops_per_token();

@@ -168,6 +168,35 @@ TEST(Cli, ABadInputUnderMpirunIsReportedOnce) {
   fs::remove_all(dir);
 }
 
+// Every rank reads the checkpoint it resumes from; one that does not verify is still
+// reported once, and the new run's directory is not made.
+TEST(Cli, ABadCheckpointUnderMpirunIsReportedOnce) {
+  fs::path dir = Temp("mpickpt");
+  const Result first = RunCli("train " + Tiny() + " --set run.out_dir=" + (dir / "run").string() +
+                              " --set train.steps=2 --set checkpoint.every=2");
+  ASSERT_EQ(first.code, 0) << first.output;
+  const fs::path ckpt = dir / "run" / "checkpoints" / "step-2";
+  {
+    std::fstream f(ckpt / "params.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x7f');
+  }
+  const std::string cmd = std::string(RINGSTEP_MPIEXEC) + " --oversubscribe -np 3 " +
+                          RINGSTEP_BINARY + " train " + Tiny() + " --set run.out_dir=" +
+                          (dir / "run2").string() + " --set train.steps=4 --set checkpoint.resume=" +
+                          ckpt.string() + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
+  const int status = pclose(p);
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << out;
+  EXPECT_EQ(Count(out, "ringstep: error"), 1u) << out;
+  EXPECT_NE(out.find("params.bin"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "run2")) << out;
+  fs::remove_all(dir);
+}
+
 size_t LineCount(const fs::path& path) {
   std::ifstream in(path);
   size_t n = 0;
