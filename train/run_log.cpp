@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -342,7 +343,14 @@ void write_summary(const Config& cfg, const RunFacts& f, const RunTotals& totals
   const RunSummary s = summarize(cfg, f, totals, scaler, end);
   print_done(cfg, s);  // first: the console has it if the disk is full
   write_file_atomic(cfg.run.out_dir + "/summary.json", summary_text(s));
-  std::printf("  wrote %s/{config.yaml,steps.jsonl,summary.json}\n", cfg.run.out_dir.c_str());
+  // The run's files that are there: a fault mid-run may have taken one away.
+  std::string files;
+  for (const char* f : {"config.yaml", "steps.jsonl", "summary.json"})
+    if (std::filesystem::is_regular_file(cfg.run.out_dir + "/" + f))
+      files += (files.empty() ? "" : ",") + std::string(f);
+  const bool one = files.find(',') == std::string::npos;
+  std::printf("  wrote %s/%s%s%s\n", cfg.run.out_dir.c_str(), one ? "" : "{", files.c_str(),
+              one ? "" : "}");
 }
 
 }  // namespace ringstep

@@ -190,6 +190,8 @@ TEST(RunSummary, MfuDividesByThePeakOfTheRecordsNotTheEndMeasurement) {
                 "MFU %.1f%% (peak 100.0 GFLOP/s/rank; measured again at the end: 150.0, +50%%)",
                 100 * t.mfu);
   EXPECT_NE(done.find(want), std::string::npos) << want << "\n" << done;
+  // Only the files that are there: this directory has no config.yaml or steps.jsonl.
+  EXPECT_NE(done.find("wrote " + dir.string() + "/summary.json\n"), std::string::npos) << done;
   // Times to 1 us in the text too.
   EXPECT_NE(text.find("\"step_ms_p50\": 115.786,"), std::string::npos) << text;
   fs::remove_all(dir);
