@@ -77,16 +77,23 @@ CommHandle CommEngine::enqueue(const CollectiveDesc& desc, std::function<void(Co
 }
 
 CommHandle CommEngine::enqueue_allreduce(void* buf, size_t count, DType dt, AllreduceAlgo algo,
-                                         bool average, uint64_t tag) {
+                                         bool average, uint64_t tag, std::function<void()> before,
+                                         std::function<void()> after) {
   RingOptions ring = opts_.ring;
   ring.op = ReduceOp::sum;
   ring.average = average;
-  return enqueue({"allreduce", tag, count, dt}, [=](Communicator& comm) {
-    if (algo == AllreduceAlgo::ring) return ring_allreduce(comm, buf, count, dt, ring);
-    // The async form, so the wait is ours (Backoff) rather than MPI's spinning one.
-    comm.allreduce_async(buf, count, dt, ring.op).wait();
-    if (average) divide_by(buf, count, dt, static_cast<float>(comm.size()));
-  });
+  return enqueue({"allreduce", tag, count, dt},
+                 [=, before = std::move(before), after = std::move(after)](Communicator& comm) {
+                   if (before) before();
+                   if (algo == AllreduceAlgo::ring) {
+                     ring_allreduce(comm, buf, count, dt, ring);
+                   } else {
+                     // The async form, so the wait is ours (Backoff) rather than MPI's.
+                     comm.allreduce_async(buf, count, dt, ring.op).wait();
+                     if (average) divide_by(buf, count, dt, static_cast<float>(comm.size()));
+                   }
+                   if (after) after();
+                 });
 }
 
 void CommEngine::wait_all() {

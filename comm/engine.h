@@ -70,9 +70,12 @@ class CommEngine {
   // returned; wait() rethrows what fn threw. Once a collective has failed, every later one
   // fails with the same error without running (the ranks may be out of step).
   CommHandle enqueue(const CollectiveDesc& desc, std::function<void(Communicator&)> fn);
-  // In-place sum AllReduce of buf by `algo`, divided by the world size when average.
+  // In-place sum AllReduce of buf by `algo`, divided by the world size when average. BEFORE
+  // and AFTER, when given, run on the engine thread just before and after it, inside its
+  // span (a staged buffer's copies in and out).
   CommHandle enqueue_allreduce(void* buf, size_t count, DType dt, AllreduceAlgo algo, bool average,
-                               uint64_t tag);
+                               uint64_t tag, std::function<void()> before = {},
+                               std::function<void()> after = {});
 
   void wait(const CommHandle& handle) { handle.wait(); }
   void wait_all();  // until everything enqueued so far has run; rethrows the first failure

@@ -36,6 +36,10 @@ FlatBuffer::FlatBuffer(size_t n, Device device)
   data_ = static_cast<float*>(rt_->alloc(n * sizeof(float)));
 }
 
+FlatBuffer::FlatBuffer(size_t n, Runtime& rt) : n_(n), rt_(&rt) {
+  data_ = static_cast<float*>(rt_->alloc(n * sizeof(float)));
+}
+
 FlatBuffer::FlatBuffer(FlatBuffer&& o) noexcept : data_(o.data_), n_(o.n_), rt_(o.rt_) {
   o.data_ = nullptr;
   o.n_ = 0;

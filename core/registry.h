@@ -51,6 +51,7 @@ class FlatBuffer {
  public:
   FlatBuffer();  // empty, in host memory
   explicit FlatBuffer(size_t n, Device device = Device::cpu);
+  FlatBuffer(size_t n, Runtime& rt);  // in RT's memory (a test's own runtime)
   FlatBuffer(FlatBuffer&& o) noexcept;
   FlatBuffer& operator=(FlatBuffer&& o) noexcept;
   FlatBuffer(const FlatBuffer&) = delete;

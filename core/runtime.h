@@ -36,6 +36,14 @@ struct Peak {
   std::string source;  // "measured: 1-thread SGEMM ... x threads", "H200 SXM dense bf16, datasheet"
 };
 
+// A copy that Runtime::copy_to_host_async or copy_to_device_async queued; wait() blocks
+// until it is done, on any thread (thread-safe).
+class CopyInFlight {
+ public:
+  virtual ~CopyInFlight() = default;
+  virtual void wait() = 0;
+};
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -54,6 +62,25 @@ class Runtime {
   // done, ordered after all work queued before it.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual DeviceMemory memory() const = 0;
+
+  // Copies that leave the compute stream running (a GPU's side streams), for gradients
+  // staged through host memory bucket by bucket. HOST should be pinned (pin_host).
+  // copy_to_host_async: BYTES from SRC (this runtime's memory) to HOST, behind all the work
+  // queued on the compute stream so far by the calling thread (it copies what that work
+  // writes). copy_to_device_async: BYTES from HOST to DST, not ordered after the compute
+  // stream (its caller knows the compute stream does not touch DST meanwhile). Callable
+  // from any thread. Without streams (the CPU), the copy is done before they return.
+  virtual std::shared_ptr<CopyInFlight> copy_to_host_async(void* host, const void* src,
+                                                           size_t bytes);
+  virtual std::shared_ptr<CopyInFlight> copy_to_device_async(void* dst, const void* host,
+                                                             size_t bytes);
+  // Page-locks host memory [P, P + BYTES) for the copies above (cudaHostRegister); unpin_host
+  // undoes it. No-ops where memory is the host's.
+  virtual void pin_host(void* p, size_t bytes) {
+    (void)p;
+    (void)bytes;
+  }
+  virtual void unpin_host(void* p) noexcept { (void)p; }
 
   // The ops on activations of ACT_DTYPE (TF32 products for fp32 when TF32 is set).
   virtual std::unique_ptr<Backend> make_backend(DType act_dtype, bool tf32) = 0;

@@ -28,14 +28,15 @@ STAGE_TABLE='
 unpack         10  debs      dpkg -x gpu_deps/*.deb into the scratch prefix
 configure      30  deps      cmake build-gpu/ (sm_90a only) against that prefix alone
 build          90  cache     ringstep_cuda_tests ringstep ringstep_cuda_bench, -j nproc
-cuda_tests     40  testbin   ringstep_cuda_tests: CUDA ops vs their CPU twins
-memcheck       45  testbin   compute-sanitizer --tool memcheck on the op tests
+cuda_tests     35  testbin   ringstep_cuda_tests: CUDA ops vs their CPU twins
+memcheck       35  testbin   compute-sanitizer --tool memcheck on the op tests
 tiny           20  ringstep  configs/tiny.yaml fp32: first 10 losses, cuda vs cpu
 gpt2           45  ringstep  configs/gpt2-124m.yaml bf16 T 1024: tok/s, MFU, phases, memory
 cuda_bench     15  benchbin  ringstep_cuda_bench: GPT-2 124M forward + backward only
 nccl           15  ncclbin   nccl_mpitest: our device ring vs ncclAllReduce, 1 rank; 2 ranks on one GPU
-torch_eager    30  -         PyTorch eager: same model, B, T, bf16 autocast, clip + AdamW
-torch_compile  75  -         PyTorch torch.compile (SDPA), same step; steady state only
+staged         35  ringstep  2 ranks on the GPU via MPI staging: = 1 rank x 2B; exposed comm, overlap on/off
+torch_eager    25  -         PyTorch eager: same model, B, T, bf16 autocast, clip + AdamW
+torch_compile  60  -         PyTorch torch.compile (SDPA), same step; steady state only
 compare         5  -         ringstep / eager, / compile; MFU vs 50%; memory vs PyTorch
 '
 MAX_OUT_FILES=6          # the device tool brings back 8; the check writes 3
@@ -403,6 +404,55 @@ stage_nccl() {
   hl "bench allreduce --backend nccl, 1 rank: rc=$?; $(grep -cE '^ +[0-9]+ .* 0( |$)' "$WORK/logs/nccl_bench.log") rows with 0 wrong; $(tail -n 1 "$WORK/logs/nccl_bench.log" | cut -c1-100)"
   timeout 20 "$P/bin/mpiexec" --oversubscribe -np 2 "$NCCLBIN" >"$WORK/logs/nccl_np2.log" 2>&1
   hl "2 ranks on one GPU: rc=$?; $(grep -m1 -oE 'NCCL refused.*|PASSED.*|FAILED.*' "$WORK/logs/nccl_np2.log" | cut -c1-160)"
+}
+
+# MPI staging: 2 ranks share the one GPU, their gradients reduced in host memory bucket by
+# bucket. Tiny fp32, 2 ranks x micro-batch 4 against 1 rank x 8 (the same sequences a
+# step); then GPT-2 124M as configured (micro-batch 16: a backward long enough to hide the
+# host AllReduce behind), 2 ranks, 5 steps, comm.overlap on and off.
+staged_run() {  # staged_run LABEL RANKS CONFIG SETS...
+  local label=$1 ranks=$2 config=$3
+  shift 3
+  rm -rf "$WORK/runs/staged_$label"
+  timeout 30 "$P/bin/mpiexec" --oversubscribe -np "$ranks" "${NICE[@]}" "$RINGSTEP" train "$config" \
+    --set run.out_dir="$WORK/runs/staged_$label" --set run.overwrite=true \
+    --set 'profile.trace_steps=[]' --set train.eval_every=0 --set train.eval_batches=1 \
+    --set profile.log_every=1 --set profile.peak_gflops=100 "$@" \
+    >"$WORK/logs/staged_$label.log" 2>&1
+}
+stage_staged() {
+  local device=cuda prefix='' gpt2=()
+  if [[ $REHEARSE == 1 ]]; then
+    device=cpu prefix='(rehearse: cpu, shrunk gpt2 config) '
+    gpt2=(--set run.device=cpu --set model.vocab_size=256 --set model.seq_len=64
+      --set model.d_model=64 --set model.n_layers=4 --set model.n_heads=2 --set comm.bucket_mb=0.05)
+    [[ -x $P/bin/mpiexec ]] || P=$(dirname "$(dirname "$(command -v mpiexec)")")
+  fi
+  # A token file, so that 2 ranks x 4 read the 8 windows 1 rank x 8 reads (docs/data.md).
+  cat docs/*.md >"$WORK/staged_text.txt"
+  "$RINGSTEP" prepare --input "$WORK/staged_text.txt" --output "$WORK/staged_tokens.bin" \
+    >"$WORK/logs/staged_prepare.log" 2>&1
+  local tiny=(--set run.device=$device --set train.steps=10 --set train.global_batch=0
+    --set data.source=file --set data.path="$WORK/staged_tokens.bin")
+  staged_run one 1 "$TINY_CONFIG" "${tiny[@]}" --set train.micro_batch=8
+  local rc1=$?
+  staged_run two 2 "$TINY_CONFIG" "${tiny[@]}" --set train.micro_batch=4
+  local rc2=$?
+  staged_run on 2 "$GPT2_CONFIG" --set train.steps=5 --set train.global_batch=0 \
+    --set comm.overlap=true "${gpt2[@]}"
+  local rc3=$?
+  staged_run off 2 "$GPT2_CONFIG" --set train.steps=5 --set train.global_batch=0 \
+    --set comm.overlap=false "${gpt2[@]}"
+  local rc4=$?
+  if ((rc1 || rc2 || rc3 || rc4)); then
+    result FAIL "${prefix}staged runs rc: 1 rank $rc1, 2 ranks $rc2, gpt2 overlap on $rc3, off $rc4"
+    for l in one two on off; do
+      tail -n 2 "$WORK/logs/staged_$l.log" | sed "s/^/$l: /" | while read -r x; do hl "$x"; done
+    done
+    return
+  fi
+  from_report "$prefix" staged "$WORK/runs/staged_one" "$WORK/runs/staged_two" "$TINY_TOL" \
+    "$WORK/runs/staged_on" "$WORK/runs/staged_off" "$([[ $REHEARSE == 1 ]] && echo none || echo 0.5)"
 }
 
 stage_cuda_bench() {

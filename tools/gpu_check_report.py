@@ -236,6 +236,36 @@ def losses(cpu_run, cuda_run, tol):
                f"{worst + 1} (abs tol {tol:g}), max rel {max(rel):.1e}", metrics)
 
 
+def staged(one_run, two_run, tol, on_run, off_run, goal):
+    """MPI staging on the one GPU: tiny fp32 on 2 ranks x B against 1 rank x 2B (absolute
+    tolerance on each of the first 10 losses), then GPT-2's exposed communication per step
+    (median after the first 2) with comm.overlap on against off, judged against GOAL
+    (on/off <= 0.5 on the GPU; "none" in the rehearsal, whose CPU ratio means nothing)."""
+    tol = float(tol)
+    try:
+        a = [r["loss"] for r in records(one_run)][:10]
+        b = [r["loss"] for r in records(two_run)][:10]
+        on = [r["time_ms"]["comm_exposed"] for r in records(on_run)][2:]
+        off = [r["time_ms"]["comm_exposed"] for r in records(off_run)][2:]
+        on_flight = [r["time_ms"]["comm"] for r in records(on_run)][2:]
+    except (OSError, KeyError) as e:
+        return out("FAIL", f"a run is missing its records: {e}")
+    if len(a) < 10 or len(b) < 10 or not on or not off:
+        return out("FAIL", f"{len(a)}, {len(b)} tiny losses (10 each), {len(on)}, {len(off)} "
+                   "GPT-2 steps after the first 2", {})
+    d = max(abs(x - y) for x, y in zip(a, b))
+    med = lambda v: sorted(v)[len(v) // 2]
+    ratio = med(on) / med(off) if med(off) > 0 else float("inf")
+    metrics = {"one_rank_losses": a, "two_rank_losses": b, "max_abs_diff": d, "tolerance_abs": tol,
+               "exposed_ms_overlap_on": med(on), "exposed_ms_overlap_off": med(off),
+               "comm_ms_overlap_on": med(on_flight), "exposed_on_over_off": ratio}
+    ok = d <= tol and (goal == "none" or ratio <= float(goal))
+    return out("ok" if ok else "FAIL",
+               f"2 ranks x B vs 1 x 2B: max |diff| {d:.2e} (tol {tol:g}); GPT-2 exposed comm "
+               f"{med(on):.1f} ms with overlap, {med(off):.1f} without: {ratio:.2f}x (goal "
+               + ("not judged here" if goal == "none" else f"<= {goal}") + ")", metrics)
+
+
 def size(mib):
     return f"{mib / 1024:.2f} GiB" if mib >= 1024 else f"{mib:.1f} MiB"
 
@@ -456,7 +486,8 @@ def failures(metrics_file, most):
         print(f"... {len(failed) - int(most)} more in results.json")
 
 
-COMMANDS = {"gtest": gtest, "memcheck": memcheck, "losses": losses, "speed": speed,
+COMMANDS = {"gtest": gtest, "memcheck": memcheck, "losses": losses, "staged": staged,
+            "speed": speed,
             "bench": bench, "torch": torch_result, "compare": compare, "outfiles": outfiles}
 
 

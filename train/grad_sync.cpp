@@ -12,6 +12,7 @@
 #include "comm/engine.h"
 #include "comm/sign_allreduce.h"
 #include "core/checksum.h"
+#include "core/runtime.h"
 #include "core/stats.h"
 #include "models/gpt.h"
 
@@ -59,18 +60,25 @@ GradSync::GradSync(Communicator* comm, const CommConfig& cfg) : comm_(comm), cfg
 
 GradSync::~GradSync() = default;
 
-void GradSync::setup(Gpt& model) {
-  grads_ = model.grads().data();
-  if (world_ > 1 && !model.grads().runtime().host_memory()) {
-    device_grads_ = &model.grads();
-    staging_ = FlatBuffer(device_grads_->size());
+void GradSync::setup(Gpt& model) { setup(model.grads(), model.spec()); }
+
+void GradSync::setup(FlatBuffer& grads, const GptSpec& spec) {
+  grads_ = grads.data();
+  device_grads_ = nullptr;
+  pinned_.reset();  // unpins the old staging copy before it is freed
+  if (world_ > 1 && !grads.runtime().host_memory()) {
+    Runtime& rt = grads.runtime();
+    device_grads_ = &grads;
+    staging_ = FlatBuffer(grads.size());
+    rt.pin_host(staging_.data(), staging_.bytes());
+    pinned_ = {staging_.data(), [&rt](void* p) { rt.unpin_host(p); }};
     grads_ = staging_.data();
   }
-  n_layers_ = model.config().n_layers;
-  const std::vector<std::pair<size_t, size_t>> units = model.spec().bucket_units();
+  n_layers_ = spec.config().n_layers;
+  const std::vector<std::pair<size_t, size_t>> units = spec.bucket_units();
   buckets_ = make_buckets(units, size_t(cfg_.bucket_mb * 1024 * 1024));
   std::vector<size_t> starts;
-  for (const TensorInfo& t : model.registry().tensors()) starts.push_back(t.offset);
+  for (const TensorInfo& t : spec.registry().tensors()) starts.push_back(t.offset);
   cut_at_tensors(buckets_, starts);
   bucket_of_unit_.assign(units.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -83,13 +91,26 @@ void GradSync::setup(Gpt& model) {
 
 void GradSync::enqueue_bucket(size_t b) {
   const Bucket& k = buckets_[b];
-  pending_[b]->handle = engine_->enqueue_allreduce(grads_ + k.begin, k.end - k.begin, DType::f32,
-                                                   cfg_.allreduce, /*average=*/true, b);
+  std::function<void()> copy_in, copy_out;
+  if (device_grads_) {
+    // Staged: the bucket leaves the device behind the backward that wrote it (the compute
+    // stream goes on), is reduced in host memory, and is back before finish() returns.
+    Runtime& rt = device_grads_->runtime();
+    float* dev = device_grads_->data() + k.begin;
+    float* host = staging_.data() + k.begin;
+    const size_t bytes = (k.end - k.begin) * sizeof(float);
+    std::shared_ptr<CopyInFlight> out = rt.copy_to_host_async(host, dev, bytes);
+    copy_in = [out] { out->wait(); };
+    copy_out = [&rt, dev, host, bytes] { rt.copy_to_device_async(dev, host, bytes)->wait(); };
+  }
+  pending_[b]->handle =
+      engine_->enqueue_allreduce(grads_ + k.begin, k.end - k.begin, DType::f32, cfg_.allreduce,
+                                 /*average=*/true, b, std::move(copy_in), std::move(copy_out));
   pending_[b]->enqueued = true;
 }
 
 std::function<void(int)> GradSync::layer_hook() {
-  if (world_ <= 1 || !cfg_.overlap || device_grads_) return nullptr;
+  if (world_ <= 1 || !cfg_.overlap) return nullptr;
   // The embeddings (layer -1) finish as backward ends: their bucket is queued by finish() or
   // wait_sign_sent(), so that it counts as in flight inside the step's wait, where the
   // engine thread's start-up takes the core, and never inside backward's time.
@@ -98,10 +119,10 @@ std::function<void(int)> GradSync::layer_hook() {
     const int unit = n_layers_ - 1 - layer;
     const size_t b = size_t(bucket_of_unit_[unit]);
     if (buckets_[b].last_unit != unit) return;
-    if (sign_.active)
-      start_sign_bucket(b);
-    else
+    if (!sign_.active)
       enqueue_bucket(b);
+    else if (!device_grads_)  // 1-bit Adam's buckets on a GPU start when backward ends
+      start_sign_bucket(b);
   };
 }
 
@@ -112,25 +133,15 @@ void GradSync::waiting(F&& f) {
   waits_.push_back({t0, steady_now_ns()});
 }
 
-// Copies gradients between the device and the staging buffer, as a span of the step's
-// communication (op "stage", no payload bytes).
-void GradSync::stage(FlatBuffer& dst, const FlatBuffer& src) {
-  const int64_t t0 = steady_now_ns();
-  copy_buffer(dst, src);
-  staged_spans_.push_back({"stage", 0, t0, t0, steady_now_ns(), 0});
-}
-
 GradSync::Result GradSync::finish() {
   if (world_ <= 1) return {};
   waiting([&] {
-    if (device_grads_) stage(staging_, *device_grads_);
     for (size_t b = 0; b < buckets_.size(); ++b)
       if (!pending_[b]->enqueued) enqueue_bucket(b);
     for (auto& p : pending_) {
       p->handle.wait();
       p->enqueued = false;
     }
-    if (device_grads_) stage(*device_grads_, staging_);
   });
   Result r = collect_spans();
   // A ring AllReduce sends 2(n-1)/n of the buffer per rank: busbw's factor (nccl-tests).
@@ -144,8 +155,6 @@ GradSync::Result GradSync::collect_spans() {
   r.spans = std::move(kept_spans_);
   kept_spans_.clear();
   for (CommSpan& s : engine_->drain_spans()) r.spans.push_back(std::move(s));
-  for (CommSpan& s : staged_spans_) r.spans.push_back(std::move(s));
-  staged_spans_.clear();
   std::stable_sort(r.spans.begin(), r.spans.end(),
                    [](const CommSpan& a, const CommSpan& b) { return a.queued_ns < b.queued_ns; });
   std::vector<Interval> in_flight;

@@ -9,9 +9,12 @@
 // compressed exchange bucket by bucket (comm/sign_allreduce.h). With one rank every call is
 // local and costs nothing. Used by the training thread only.
 //
-// Gradients on a GPU (Device::cuda) are staged through host memory: finish() copies the whole
-// buffer to a host copy, reduces it there bucket by bucket and copies it back, with no
-// overlap with backward (layer_hook() is null). NCCL on device buffers is the next issue's.
+// Gradients on a GPU (Device::cuda) are staged through pinned host memory bucket by bucket:
+// each bucket is copied out on a side stream behind the backward that wrote it, reduced in
+// host memory by the engine, and copied back, while backward goes on with the layers below
+// (comm.overlap; without it, the buckets are staged one after another once backward ends).
+// The copies are inside the bucket's comm span. 1-bit Adam's buckets on a GPU start when
+// backward ends.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +36,7 @@ namespace ringstep {
 class Communicator;
 class CommEngine;
 class Gpt;
+class GptSpec;
 
 struct Bucket {
   size_t begin = 0, end = 0;          // element range of the flat gradient buffer
@@ -89,10 +93,13 @@ class GradSync final : public Reducer {
   int rank() const { return rank_; }
   int world() const override { return world_; }
   // Cuts MODEL's gradient buffer into buckets; with more than one rank and gradients on a
-  // GPU, allocates their host staging copy.
+  // GPU, allocates their pinned host staging copy. Each bucket is then staged on its own:
+  // copied out as backward finishes it, reduced, copied back (Runtime::copy_to_host_async).
   void setup(Gpt& model);
+  // The same for GRADS laid out by SPEC (what setup(Gpt&) passes; a test's own buffer).
+  void setup(FlatBuffer& grads, const GptSpec& spec);
   // The per-layer hook to pass to Gpt::backward on the last micro-batch: null with one
-  // rank, when comm.overlap is false, or when the gradients are staged.
+  // rank or when comm.overlap is false.
   std::function<void(int)> layer_hook();
   Result finish();
   // Every rank's loss, phases and (1-bit Adam) compression error sums → what every rank learns.
@@ -141,7 +148,6 @@ class GradSync final : public Reducer {
   // Fills VIEW's busy-time fields and straggler from every rank's busy time (kStraggler*).
   void find_straggler(const std::vector<double>& busy, StepView& view);
   void wait_bookkeeping(const CommHandle& handle);  // waits, and drops its span
-  void stage(FlatBuffer& dst, const FlatBuffer& src);
   // Runs F (a wait for step communication) as one of the step's waits.
   template <class F>
   void waiting(F&& f);
@@ -155,13 +161,13 @@ class GradSync final : public Reducer {
   float* grads_ = nullptr;              // what the buckets reduce: the gradients or staging_
   FlatBuffer* device_grads_ = nullptr;  // the model's gradients when they are staged
   FlatBuffer staging_;                  // host copy of device gradients (or parameters)
+  std::unique_ptr<void, std::function<void(void*)>> pinned_;  // staging_ page-locked
   int n_layers_ = 0;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_unit_;
   struct Pending;
   std::vector<std::unique_ptr<Pending>> pending_;
   std::vector<CommSpan> kept_spans_;       // bucket spans drained by a bookkeeping wait
-  std::vector<CommSpan> staged_spans_;     // device <-> staging copies since the last collect
   std::vector<int> straggler_streak_;      // consecutive steps each rank was over the ratio
   std::vector<SignAllreduce> sign_calls_;  // per bucket, for sign_code_
   SignCode sign_code_;

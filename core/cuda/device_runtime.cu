@@ -12,14 +12,39 @@
 namespace ringstep::cuda {
 namespace {
 
+// A copy on a side stream: done when its event is.
+class CudaCopy final : public CopyInFlight {
+ public:
+  CudaCopy(int device, cudaEvent_t done) : device_(device), done_(done) {}
+  ~CudaCopy() override { cudaEventDestroy(done_); }
+  void wait() override {
+    CUDA_CHECK(cudaSetDevice(device_));  // the calling thread may be the comm engine's
+    CUDA_CHECK(cudaEventSynchronize(done_));
+  }
+
+ private:
+  int device_;
+  cudaEvent_t done_;
+};
+
 class CudaRuntime final : public Runtime {
  public:
   CudaRuntime() : name_(cuda_device_name()) {
     // The norm's kNormBlocks partial sums, its total, then the inf/NaN flag: made once, so
     // that no pass allocates inside a step.
     scratch_ = static_cast<double*>(device_alloc((kNormBlocks + 1) * sizeof(double) + sizeof(int)));
+    CUDA_CHECK(cudaGetDevice(&device_));
+    // Non-blocking: the legacy default stream, the backend's compute stream, does not wait
+    // for them, nor they for it unless told. One per direction, so that a bucket copied back
+    // never queues behind one still waiting for backward.
+    CUDA_CHECK(cudaStreamCreateWithFlags(&to_host_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&to_device_, cudaStreamNonBlocking));
   }
-  ~CudaRuntime() override { device_free(scratch_); }
+  ~CudaRuntime() override {
+    cudaStreamDestroy(to_host_);
+    cudaStreamDestroy(to_device_);
+    device_free(scratch_);
+  }
 
   Device device() const override { return Device::cuda; }
   std::string device_name() const override { return name_; }
@@ -33,6 +58,28 @@ class CudaRuntime final : public Runtime {
   void free(void* p) noexcept override { device_free(p); }
   void zero(void* p, size_t bytes) override { device_memset_zero(p, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { copy_bytes(dst, src, bytes); }
+  std::shared_ptr<CopyInFlight> copy_to_host_async(void* host, const void* src,
+                                                   size_t bytes) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    cudaEvent_t ready;  // everything this thread has queued on the compute stream so far
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ready, nullptr));
+    CUDA_CHECK(cudaStreamWaitEvent(to_host_, ready, 0));
+    CUDA_CHECK(cudaEventDestroy(ready));  // released once the wait is satisfied
+    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, to_host_));
+    return done_on(to_host_);
+  }
+  std::shared_ptr<CopyInFlight> copy_to_device_async(void* dst, const void* host,
+                                                     size_t bytes) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, to_device_));
+    return done_on(to_device_);
+  }
+  void pin_host(void* p, size_t bytes) override {
+    CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterDefault));
+  }
+  void unpin_host(void* p) noexcept override { cudaHostUnregister(p); }
+
   DeviceMemory memory() const override {
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -65,8 +112,18 @@ class CudaRuntime final : public Runtime {
   }
 
  private:
+  // An event recorded on STREAM after what was just queued there.
+  std::shared_ptr<CopyInFlight> done_on(cudaStream_t stream) {
+    cudaEvent_t done;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(done, stream));
+    return std::make_shared<CudaCopy>(device_, done);
+  }
+
   std::string name_;
   double* scratch_ = nullptr;
+  int device_ = 0;
+  cudaStream_t to_host_ = nullptr, to_device_ = nullptr;
 };
 
 }  // namespace

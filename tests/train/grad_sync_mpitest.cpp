@@ -1,17 +1,21 @@
 // The gradient sync's agreements as an optimizer sees them (optim/reducer.h), on 2, 3 and 4
 // ranks: any_rank is a MAX of flags, average an exact mean; and the loss scaler through it:
 // an inf or NaN in one rank's gradient makes every rank skip the step, with parameters,
-// AdamW moments and step count untouched bit for bit.
+// AdamW moments and step count untouched bit for bit. Gradients staged through host memory
+// (a GPU's) are reduced bucket by bucket as backward finishes them, to the exact mean.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "comm/sign_allreduce.h"
 #include "comm/sign_allreduce_reference.h"  // sign_input
+#include "core/runtime.h"
 #include "models/gpt.h"
 #include "mpi/mpitest_main.h"
 #include "mpi/mpitest_util.h"
@@ -217,6 +221,126 @@ TEST(GradSyncMpi, SignAverageIsSignAllreducePerBucket) {
     EXPECT_EQ(std::memcmp(es.data(), ref_es.data(), n * sizeof(float)), 0) << "call " << call;
   }
   (void)sync.take_exchange();
+}
+
+// Host memory that GradSync must treat as a device's (host_memory() false), whose
+// asynchronous copies happen only when waited for: a bucket reduced before its copy out was
+// waited for would be reduced from stale staging memory, one copied back before its copy in
+// was waited for would be lost. Counts the copies and pins.
+class StagedRuntime final : public Runtime {
+ public:
+  Device device() const override { return Device::cpu; }
+  std::string device_name() const override { return "staged test memory"; }
+  bool host_memory() const override { return false; }
+  void* alloc(size_t bytes) override { return cpu().alloc(bytes); }
+  void free(void* p) noexcept override { cpu().free(p); }
+  void zero(void* p, size_t bytes) override { cpu().zero(p, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    ++whole_copies;
+    cpu().copy(dst, src, bytes);
+  }
+  DeviceMemory memory() const override { return cpu().memory(); }
+  std::unique_ptr<Backend> make_backend(DType dt, bool tf32) override {
+    return cpu().make_backend(dt, tf32);
+  }
+  std::unique_ptr<DeviceClock> make_clock(size_t) override { return nullptr; }
+  Peak peak(DType, bool, int) override { return {}; }
+  double sum_squares(const float* x, size_t n) override { return cpu().sum_squares(x, n); }
+  bool unscale_and_check(float* x, size_t n, float inv) override {
+    return cpu().unscale_and_check(x, n, inv);
+  }
+  void adamw_update(const std::vector<TensorInfo>& t, const AdamWStep& s, float decay, float* p,
+                    const float* g, float* m, float* v) override {
+    cpu().adamw_update(t, s, decay, p, g, m, v);
+  }
+
+  std::shared_ptr<CopyInFlight> copy_to_host_async(void* host, const void* src,
+                                                   size_t bytes) override {
+    return deferred(host, src, bytes, out_bytes);
+  }
+  std::shared_ptr<CopyInFlight> copy_to_device_async(void* dst, const void* host,
+                                                     size_t bytes) override {
+    return deferred(dst, host, bytes, in_bytes);
+  }
+  void pin_host(void*, size_t) override { ++pins; }
+  void unpin_host(void*) noexcept override { --pins; }
+
+  std::mutex mu;
+  std::vector<size_t> out_bytes, in_bytes;  // each copy's size, in the order queued
+  int pins = 0, whole_copies = 0;
+
+ private:
+  static Runtime& cpu() { return runtime(Device::cpu); }
+  struct Deferred final : CopyInFlight {
+    void* dst;
+    const void* src;
+    size_t bytes;
+    std::once_flag once;
+    Deferred(void* d, const void* s, size_t n) : dst(d), src(s), bytes(n) {}
+    void wait() override { std::call_once(once, [&] { std::memcpy(dst, src, bytes); }); }
+  };
+  std::shared_ptr<CopyInFlight> deferred(void* dst, const void* src, size_t bytes,
+                                         std::vector<size_t>& log) {
+    std::lock_guard<std::mutex> lock(mu);
+    log.push_back(bytes);
+    return std::make_shared<Deferred>(dst, src, bytes);
+  }
+};
+
+// Staged gradients with overlap: each bucket but the embeddings' leaves the "device" when
+// backward finishes its last block, in backward order, before finish() is called; finish()
+// stages the rest. Every bucket is copied out and back once, no whole-buffer copy, and the
+// result is the exact mean of integer-valued gradients. Without overlap, the same result,
+// every bucket staged by finish().
+TEST(GradSyncMpi, StagedBucketsLeaveAsBackwardFinishesThemAndAverageExactly) {
+  auto& comm = world();
+  const GptSpec spec(ModelConfig{37, 8, 16, 3, 2});
+  const size_t n = spec.registry().total_numel();
+  const int W = comm.size();
+  for (bool overlap : {true, false}) {
+    StagedRuntime rt;
+    {
+      FlatBuffer grads(n, rt);
+      for (size_t i = 0; i < n; ++i) grads.data()[i] = float((comm.rank() + 1) * int(i % 7));
+      CommConfig cfg;
+      cfg.bucket_mb = 0.004;  // several buckets
+      cfg.overlap = overlap;
+      GradSync sync(&comm, cfg);
+      sync.setup(grads, spec);
+      EXPECT_EQ(rt.pins, W > 1 ? 1 : 0);
+      const std::vector<Bucket>& buckets = sync.buckets();
+      ASSERT_GT(buckets.size(), 2u);
+      const std::function<void(int)> hook = sync.layer_hook();
+      ASSERT_EQ(bool(hook), overlap && W > 1);
+      size_t out_before_finish = 0;
+      if (hook) {
+        for (int layer = 2; layer >= 0; --layer) hook(layer);
+        out_before_finish = rt.out_bytes.size();
+        hook(-1);  // the embeddings' bucket is finish()'s
+        EXPECT_EQ(rt.out_bytes.size(), out_before_finish);
+      }
+      size_t block_buckets = 0;
+      for (const Bucket& k : buckets) block_buckets += k.last_unit < 3 ? 1 : 0;
+      EXPECT_EQ(out_before_finish, hook ? block_buckets : 0);
+      sync.finish();
+      if (W > 1) {
+        ASSERT_EQ(rt.out_bytes.size(), buckets.size());
+        ASSERT_EQ(rt.in_bytes.size(), buckets.size());
+        for (size_t b = 0; b < buckets.size(); ++b) {
+          const size_t bytes = (buckets[b].end - buckets[b].begin) * sizeof(float);
+          EXPECT_EQ(rt.out_bytes[b], bytes) << b;
+          EXPECT_EQ(rt.in_bytes[b], bytes) << b;
+        }
+      }
+      EXPECT_EQ(rt.whole_copies, 0);
+      // The mean of (r + 1) x (i mod 7) over the ranks: (W + 1) / 2 x (i mod 7), exact.
+      size_t wrong = 0;
+      for (size_t i = 0; i < n; ++i)
+        wrong += grads.data()[i] != float(W + 1) / 2 * float(i % 7) ? 1 : 0;
+      EXPECT_EQ(wrong, 0u) << "overlap " << overlap;
+    }
+    EXPECT_EQ(rt.pins, 0);  // unpinned with the GradSync
+  }
 }
 
 }  // namespace
