@@ -15,7 +15,8 @@ using GatherFn = std::function<std::vector<uint64_t>(uint64_t value)>;
 // Runs CHECK on this rank (RANK), then agrees on its outcome through GATHER. Where CHECK
 // threw InputError on some rank, each distinct message is printed once, by the lowest rank
 // that met it (naming the ranks unless every rank met it), and every rank throws
-// AlreadyReported{kExitBadInput}. Other exceptions propagate as they are.
+// AlreadyReported{kExitBadInput}. With one rank, the InputError propagates as it is, and so
+// do other exceptions always.
 void agree_on_inputs(int rank, const GatherFn& gather, const std::function<void()>& check);
 
 }  // namespace ringstep
