@@ -363,7 +363,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(comm.backend), choice<CommBackend>({CommBackend::nccl}), "transport"),
   key(KEY(comm.allreduce), choice<AllreduceAlgo>(), "ring = ringstep's ring AllReduce; native = the library's"),
   key(KEY(comm.bucket_mb), number<double>(above(0)), "gradient bucket size in MiB"),
-  key(KEY(comm.overlap), boolean(), "start each bucket's AllReduce during backward (cpu; on cuda the gradients are staged after backward)"),
+  key(KEY(comm.overlap), boolean(), "start each bucket's AllReduce during backward (on cuda each bucket is staged through pinned host memory as backward finishes it)"),
   key(KEY(comm.link.bandwidth_gbps), number<double>(at_least(0)), "emulated link bandwidth in Gbit/s; 0 = no emulation"),
   key(KEY(comm.link.latency_us), number<double>(at_least(0)), "emulated per-message latency in microseconds; 0 = none"),
 
