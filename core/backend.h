@@ -78,9 +78,11 @@ class Backend {
                                const void* inp, const float* weight, int N, int C, int OC,
                                Arena& arena) = 0;
 
-  // The LM head: logits (N, V), fp32, = inp (N, C) @ wte (V, C)^T, no bias.
+  // The LM head: logits (N, V), fp32, = inp (N, C) @ wte (V, C)^T, no bias; columns VOCAB ..
+  // V - 1 (the vocabulary's padding, GptSpec::vocab_rows) are -inf, so that the softmax
+  // gives them nothing and their gradient is zero.
   virtual void logits_forward(float* logits, const void* inp, const float* wte, int N, int C, int V,
-                              Arena& arena) = 0;
+                              int vocab, Arena& arena) = 0;
 
   // Causal self-attention over qkv (B, T, 3C) = q | k | v: out (B, T, C) = softmax(q k^T /
   // sqrt(hs), causal) v with heads side by side (core/cpu/ops.h). STATE receives what

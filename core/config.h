@@ -107,6 +107,9 @@ struct ModelConfig {
   int d_model = 128;
   int n_layers = 4;
   int n_heads = 4;
+  // The embedding and logit rows rounded up to a multiple of this (Megatron's
+  // make-vocab-size-divisible-by; GptSpec::vocab_rows); 1 = no padding.
+  int pad_vocab_to_multiple = 1;
 
   bool operator==(const ModelConfig&) const = default;
 };

@@ -314,6 +314,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(model.d_model), number<int>(at_least(1)), "hidden width C; must be divisible by n_heads"),
   key(KEY(model.n_layers), number<int>(in('[', 1, 65536, ']')), "number of Transformer blocks L (the largest published models have about 100)"),
   key(KEY(model.n_heads), number<int>(at_least(1)), "attention heads per block"),
+  key(KEY(model.pad_vocab_to_multiple), number<int>(in('[', 1, 4096, ']')), "embedding and logit rows rounded up to a multiple of this (Megatron's make-vocab-size-divisible-by): 128 makes GPT-2's 50257 rows 50304, products a GPU runs at full speed; the padded logits are masked out of the softmax, so their rows (zero at init) get no gradient, and an export leaves them out; 1 = none"),
 
   key(KEY(data.source), choice<DataSourceKind>(), "synthetic = seeded Markov source with a known entropy floor; file = token file"),
   key(KEY(data.path), path_or_null(), "token file (`ringstep prepare`'s or an llm.c shard), or a glob of them read in sorted order as one stream (docs/data.md); required when source is file"),

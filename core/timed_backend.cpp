@@ -94,9 +94,9 @@ void TimedBackend::linear_backward(float* dinp, float* dweight, float* dbias, co
 }
 
 void TimedBackend::logits_forward(float* logits, const void* inp, const float* wte, int N, int C,
-                                  int V, Arena& arena) {
+                                  int V, int vocab, Arena& arena) {
   time(Op::lm_head, arena, op_cost::logits_forward(N, C, V, act_bytes()),
-       [&] { inner_->logits_forward(logits, inp, wte, N, C, V, arena); });
+       [&] { inner_->logits_forward(logits, inp, wte, N, C, V, vocab, arena); });
 }
 
 void TimedBackend::attention_forward(void* out, void* state, const void* qkv, int B, int T, int C,

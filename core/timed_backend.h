@@ -42,6 +42,7 @@ class TimedBackend final : public Backend {
                        const void* inp, const float* weight, int N, int C, int OC,
                        Arena& arena) override;
   void logits_forward(float* logits, const void* inp, const float* wte, int N, int C, int V,
+                      int vocab,
                       Arena& arena) override;
   size_t attention_state_bytes(int B, int T, int NH) const override {
     return inner_->attention_state_bytes(B, T, NH);

@@ -12,19 +12,14 @@
 #include "train/preflight.h"
 #include "train/report.h"
 #include "train/run_dir.h"
+#include "train/run_log.h"
 
 namespace ringstep {
 namespace {
 
 void print_model_and_batch(const Config& cfg, int world) {
   const ModelConfig& m = cfg.model;
-  const GptSpec spec(m);
-  std::printf(
-      "#   model      GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %s params "
-      "(%s without position embeddings)\n",
-      m.n_layers, m.d_model, m.n_heads, m.seq_len, m.vocab_size,
-      human_count(double(spec.param_count())).c_str(),
-      human_count(double(spec.flops_param_count())).c_str());
+  std::printf("#   model      %s\n", model_summary(GptSpec(m)).c_str());
   const double sequences = double(cfg.train.micro_batch) * cfg.train.grad_accum_steps * world;
   std::printf("#   batch      %d micro x %d accum x %d ranks = %.0f sequences = %.0f tokens/step\n",
               cfg.train.micro_batch, cfg.train.grad_accum_steps, world, sequences,

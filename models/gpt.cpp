@@ -48,7 +48,9 @@ void Gpt::init_host(FlatBuffer& params, uint64_t seed) const {
       for (size_t k = 0; k < t.numel; ++k) w[k] = 1.0f;
     } else if (t.shape.size() == 2) {
       const bool residual_out = t.name.find("proj.weight") != std::string::npos;
-      fill_normal(w, t.numel, residual_out ? residual_std : 0.02f, seed, i);
+      // The vocabulary's padded rows (the end of wte) stay zero.
+      const size_t n = i == spec_.wte() ? size_t(config().vocab_size) * t.shape[1] : t.numel;
+      fill_normal(w, n, residual_out ? residual_std : 0.02f, seed, i);
     }
   }
 }
@@ -209,7 +211,7 @@ float Gpt::head_forward(const void* x) {
   // Logits and the loss stay fp32 (as under autocast); backward only needs the probabilities.
   ArenaScope scope(arena);
   float* logits = arena.alloc_floats(size_t(N) * V);
-  backend_->logits_forward(logits, lnf_, p(spec_.wte()), N, C, V, arena);
+  backend_->logits_forward(logits, lnf_, p(spec_.wte()), N, C, V, config().vocab_size, arena);
   return backend_->crossentropy_forward(losses_, probs_, logits, targets_, N, V, arena);
 }
 

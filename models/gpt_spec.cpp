@@ -104,7 +104,10 @@ GptSpec::GptSpec(const ModelConfig& cfg) : cfg_(cfg), vocab_rows_(vocab_rows(cfg
   lnf_b_ = reg_.add("lnf.bias", {C}, false);
 }
 
-size_t GptSpec::flops_param_count() const { return reg_.param_count() - reg_.at(wpe_).numel; }
+size_t GptSpec::flops_param_count() const {
+  const size_t padding = size_t(vocab_rows_ - cfg_.vocab_size) * size_t(cfg_.d_model);
+  return reg_.param_count() - reg_.at(wpe_).numel - padding;
+}
 
 std::pair<size_t, size_t> GptSpec::layer_range(int layer) const {
   const Block& b = block(layer);

@@ -9,6 +9,7 @@
 // element offsets are size_t, as the registry's. Immutable once built.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -68,8 +69,13 @@ class GptSpec {
   explicit GptSpec(const ModelConfig& cfg);
 
   const ModelConfig& config() const { return cfg_; }
-  // Rows of the token embedding and the logits: the vocabulary (the one place to pad it).
-  static int64_t vocab_rows(const ModelConfig& cfg) { return cfg.vocab_size; }
+  // Rows of the token embedding and the logits: the vocabulary rounded up to a multiple of
+  // model.pad_vocab_to_multiple (the one place that pads it). The padded rows are zero and
+  // their logits -inf (Backend::logits_forward).
+  static int64_t vocab_rows(const ModelConfig& cfg) {
+    const int64_t m = std::max(1, cfg.pad_vocab_to_multiple);
+    return (int64_t(cfg.vocab_size) + m - 1) / m * m;
+  }
   int64_t vocab_rows() const { return vocab_rows_; }
 
   // --- parameters ---
@@ -85,7 +91,8 @@ class GptSpec {
   size_t lnf_w() const { return lnf_w_; }
   size_t lnf_b() const { return lnf_b_; }
   size_t param_count() const { return reg_.param_count(); }
-  // N of the FLOPs formula: parameters without the position embeddings.
+  // N of the FLOPs formula: parameters without the position embeddings and without the
+  // vocabulary's padded rows (work, but not the model's).
   size_t flops_param_count() const;
   // The contiguous [begin, end) element range of block L's parameters.
   std::pair<size_t, size_t> layer_range(int layer) const;

@@ -1,5 +1,5 @@
 """PyTorch twin of ringstep's GPT-2 124M step (bench/cuda_step.cpp, configs/gpt2-124m.yaml):
-same model (V 50257, T 1024, C 768, 12 layers, 12 heads, tied embeddings), same B and T,
+same model (V 50257 in 50304 rows, T 1024, C 768, 12 layers, 12 heads, tied embeddings), same B and T,
 bf16 autocast over fp32 master weights, attention through F.scaled_dot_product_attention.
 With `adamw`, each step also clips the gradients' global norm to 1.0 and runs
 torch.optim.AdamW (fused on CUDA unless --adamw-impl says otherwise): the step ringstep's
@@ -7,7 +7,9 @@ trainer times. Prints per-phase medians over the steady-state steps (the warm-up
 compilation included, are left out and timed apart) and two result lines:
   RESULT <what> B=.. T=..: X ms/step, Y tok/s, Z TFLOP/s, MFU W% of P[, ...]
   RESULT_JSON {...}      the same numbers and torch.cuda.max_memory_allocated/_reserved
-FLOPs per token: 6N + 6LCT, N without wpe (ringstep's count). tools/gpu_check.sh runs it.
+FLOPs per token: 6N + 6LCT, N without wpe and the padded rows (ringstep's count). The
+embedding has ringstep's gpt2 config's 50304 rows (50257 padded to a multiple of 128, as
+nanoGPT pads); the tokens stay below 50257. tools/gpu_check.sh runs it.
 
     python3 tools/torch_gpt2_bench.py [B] [steps] [adamw] [--compile none|full|regional]
         [--warmup N] [--device cuda|cpu] [--tiny] [--adamw-impl fused|foreach|default]
@@ -42,8 +44,8 @@ try:
 except ImportError as e:  # the rehearsal machine may have no torch
     skip(f"torch not importable: {e}")
 
-FULL = dict(V=50257, T=1024, C=768, L=12, NH=12)
-TINY = dict(V=256, T=64, C=64, L=2, NH=2)
+FULL = dict(V=50257, rows=50304, T=1024, C=768, L=12, NH=12)
+TINY = dict(V=256, rows=256, T=64, C=64, L=2, NH=2)
 
 
 class Block(nn.Module):
@@ -98,7 +100,7 @@ def main():
     ap.add_argument("--adamw-impl", choices=["fused", "foreach", "default"], default="fused")
     a = ap.parse_args()
     dims = TINY if a.tiny else FULL
-    V, T, C, L, NH = (dims[k] for k in ("V", "T", "C", "L", "NH"))
+    V, rows, T, C, L, NH = (dims[k] for k in ("V", "rows", "T", "C", "L", "NH"))
     B, dev = a.batch, a.device
     warmup = a.warmup if a.warmup is not None else (2 if a.compile == "none" else 3)
     if dev == "cuda" and not torch.cuda.is_available():
@@ -107,7 +109,7 @@ def main():
     log(f"torch {torch.__version__}; device {dev}; B={B} T={T} compile={a.compile}")
 
     torch.manual_seed(0)
-    model = GPT(V, T, C, L, NH).to(dev)
+    model = GPT(rows, T, C, L, NH).to(dev)
     with_adamw = a.adamw == "adamw"
     kw = {}
     if a.adamw_impl == "fused" and dev == "cuda":
@@ -162,7 +164,7 @@ def main():
         sys.exit(1)
     med = lambda v: sorted(v)[len(v) // 2]
     f, b, u = med(fwd), med(bwd), med(upd)
-    n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
+    n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel() - (rows - V) * C
     tok_s = B * T / ((f + b + u) / 1e3)
     tflops = (6 * n + 6 * L * C * T) * tok_s / 1e12
     name = torch.cuda.get_device_name() if dev == "cuda" else "cpu"

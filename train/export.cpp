@@ -69,14 +69,26 @@ std::pair<nlohmann::json, size_t> safetensors_header(const std::string& file,
   return {std::move(header), 8 + size_t(n)};
 }
 
+// Tensor T as GPT-2 has it: the token embedding without the vocabulary's padded rows (the
+// first vocab_size rows; model.pad_vocab_to_multiple), every other tensor as it is.
+TensorInfo exported(const TensorInfo& t, const ModelConfig& m) {
+  TensorInfo e = t;
+  if (t.name == "wte") {
+    e.shape[0] = m.vocab_size;
+    e.numel = size_t(m.vocab_size) * size_t(t.shape[1]);
+  }
+  return e;
+}
+
 }  // namespace
 
 void import_safetensors(const std::string& path, Gpt& model) {
   const std::string file = read_regular_file(path, kNoSizeLimit, "train.init_from");
   const auto [header, data_begin] = safetensors_header(file, path);
   const size_t data_bytes = file.size() - data_begin;
-  FlatBuffer params(model.params().size());  // on the host; copied to the model's device
-  for (const TensorInfo& t : model.registry().tensors()) {
+  FlatBuffer params(model.params().size());  // on the host, zeroed; copied to the model's device
+  for (const TensorInfo& info : model.registry().tensors()) {
+    const TensorInfo t = exported(info, model.config());
     const Gpt2Name g = gpt2_name(t.name);
     std::vector<int64_t> shape = t.shape;
     if (g.transposed) std::swap(shape[0], shape[1]);
@@ -127,7 +139,8 @@ void export_safetensors(const Gpt& model, const std::string& path, int64_t step)
   FlatBuffer host_copy;
   const FlatBuffer& params = on_host(model.params(), host_copy);
   std::string data;
-  for (const TensorInfo& t : model.registry().tensors()) {
+  for (const TensorInfo& info : model.registry().tensors()) {
+    const TensorInfo t = exported(info, mc);
     const Gpt2Name g = gpt2_name(t.name);
     std::vector<int64_t> shape = t.shape;
     if (g.transposed) std::swap(shape[0], shape[1]);

@@ -12,6 +12,7 @@
 #include "core/cpu/blas_env.h"
 #include "core/cpu/gemm16.h"
 #include "core/cpu/sgemm.h"
+#include "core/error.h"
 #include "core/files.h"
 #include "core/stats.h"
 #include "core/threads.h"
@@ -138,17 +139,24 @@ void RunTotals::resume(const std::vector<std::string>& records, int step) {
   steps_run = resumed_step = step;
 }
 
+std::string model_summary(const GptSpec& spec) {
+  const ModelConfig& mc = spec.config();
+  const bool padded = spec.vocab_rows() != mc.vocab_size;
+  const std::string rows =
+      padded ? format_message(" (%lld rows)", static_cast<long long>(spec.vocab_rows())) : "";
+  return format_message(
+      "GPT %d layers, d_model %d, %d heads, seq %d, vocab %d%s: %s params (%s without position "
+      "embeddings%s)",
+      mc.n_layers, mc.d_model, mc.n_heads, mc.seq_len, mc.vocab_size, rows.c_str(),
+      human_count(double(spec.param_count())).c_str(),
+      human_count(double(spec.flops_param_count())).c_str(), padded ? " and padding" : "");
+}
+
 void print_header(const Config& cfg, const RunFacts& f, const Gpt& model,
                   const LossScaler& scaler) {
-  const ModelConfig& mc = cfg.model;
   std::printf("ringstep train: %s (config %s)\n", cfg.run.name.c_str(),
               cfg.source_path.empty() ? "defaults" : cfg.source_path.c_str());
-  std::printf(
-      "  model      GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %s params "
-      "(%s without position embeddings)\n",
-      mc.n_layers, mc.d_model, mc.n_heads, mc.seq_len, mc.vocab_size,
-      human_count(double(model.param_count())).c_str(),
-      human_count(double(model.spec().flops_param_count())).c_str());
+  std::printf("  model      %s\n", model_summary(model.spec()).c_str());
   std::printf(
       "  flops      %.3f MFLOP/token model (6N + 6LCT: causal attention counted once, "
       "N without position embeddings)\n",

@@ -14,6 +14,7 @@
 namespace ringstep {
 
 class Gpt;
+class GptSpec;
 class LossScaler;
 
 // Facts fixed for the whole run, measured or derived once at start.
@@ -59,6 +60,10 @@ struct RunEnd {
   double peak_gflops_end = 0;  // measured again after the run: information only
 };
 
+// The model in one line, as the run header and the dry run show it: "GPT 12 layers, d_model
+// 768, 12 heads, seq 1024, vocab 50257 (50304 rows): 124.5M params (124.4M without position
+// embeddings and padding)".
+std::string model_summary(const GptSpec& spec);
 void print_header(const Config& cfg, const RunFacts& facts, const Gpt& model,
                   const LossScaler& scaler);
 // Where a run stands at a logged step: the tokens consumed by all ranks, the wall time of this

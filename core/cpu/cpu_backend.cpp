@@ -1,6 +1,7 @@
 #include "core/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <limits>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -270,13 +271,16 @@ void CpuBackend::linear_backward(float* dinp, float* dweight, float* dbias, cons
 }
 
 void CpuBackend::logits_forward(float* logits, const void* inp, const float* wte, int N, int C,
-                                int V, Arena& arena) {
+                                int V, int vocab, Arena& arena) {
   if (arena.counting()) return;
   if (half())
     gemm16(dt_, false, true, N, V, C, 1.0f, Operand16{u16(inp), C}, weight_operand(wte, C), 0.0f,
            logits, V);
   else
     cpu::matmul_forward(logits, f32(inp), wte, static_cast<const float*>(nullptr), N, C, V);
+  for (int n = 0; n < N && vocab < V; ++n)
+    std::fill(logits + size_t(n) * V + vocab, logits + size_t(n + 1) * V,
+              -std::numeric_limits<float>::infinity());
 }
 
 size_t CpuBackend::attention_state_bytes(int B, int T, int NH) const {

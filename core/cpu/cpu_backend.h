@@ -52,6 +52,7 @@ class CpuBackend final : public Backend {
                        const void* inp, const float* weight, int N, int C, int OC,
                        Arena& arena) override;
   void logits_forward(float* logits, const void* inp, const float* wte, int N, int C, int V,
+                      int vocab,
                       Arena& arena) override;
   // The state is the probabilities (B, NH, T, T), stored in act_dtype.
   size_t attention_state_bytes(int B, int T, int NH) const override;

@@ -149,9 +149,10 @@ class CudaBackend final : public Backend {
   }
 
   void logits_forward(float* logits, const void* inp, const float* wte, int N, int C, int V,
-                      Arena& arena) override {
+                      int vocab, Arena& arena) override {
     if (arena.counting()) return;
     gemm(plan_linear_forward(N, C, V), weight_operand(wte), inp, logits);
+    mask_columns(logits, N, V, vocab);
   }
 
   // The state is one fp32 log-sum-exp per query row (core/cuda/flash_attention.h).

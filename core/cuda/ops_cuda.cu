@@ -67,6 +67,13 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   }
 }
 
+__global__ void mask_columns_kernel(float* x, int N, int V, int from) {
+  const size_t width = size_t(V - from), n = size_t(N) * width;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    x[i / width * V + from + i % width] = -INFINITY;
+}
+
 // The roundings of core/dtype.cpp, bit for bit (kernels::narrow).
 __global__ void fp32_to_fp16_kernel(const float* in, uint16_t* out, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
@@ -124,6 +131,12 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   constexpr int kRowsPerBlock = kBlock / 32;
   const unsigned grid = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
   layernorm_forward_kernel<<<grid, kBlock, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void mask_columns(float* x, int N, int V, int from, cudaStream_t stream) {
+  if (N <= 0 || from >= V) return;
+  mask_columns_kernel<<<grid_for(size_t(N) * size_t(V - from)), kBlock, 0, stream>>>(x, N, V, from);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -22,6 +22,9 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n,
 // mean[N] and rstd[N] are saved for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C, cudaStream_t stream = nullptr);
+// x[n, c] = -inf for every row n < N and column FROM <= c < V of the row-major (N, V) X:
+// the vocabulary's padded logits, out of the softmax.
+void mask_columns(float* x, int N, int V, int from, cudaStream_t stream = nullptr);
 // Round to nearest even, inf/NaN kept; bit-identical to the CPU conversions.
 void fp32_to_fp16(const float* in, uint16_t* out, size_t n, cudaStream_t stream = nullptr);
 void fp32_to_bf16(const float* in, uint16_t* out, size_t n, cudaStream_t stream = nullptr);

@@ -126,5 +126,54 @@ TEST(Gpt, SameSeedSameWeights) {
   EXPECT_NE(0, std::memcmp(a.params().data(), c.params().data(), a.params().bytes()));
 }
 
+// model.pad_vocab_to_multiple: the padded model is the same model. Its real weights are the
+// unpadded one's (same seed), its padded rows zero; loss and every real gradient agree
+// (the logits' products only gain rows), and the padded rows' gradient is exactly zero.
+TEST(Gpt, PaddedVocabularyIsTheSameModel) {
+  const ModelConfig mc = TinyModel();  // vocab 13
+  ModelConfig padded = mc;
+  padded.pad_vocab_to_multiple = 8;
+  Gpt a(mc), b(padded);
+  ASSERT_EQ(GptSpec::vocab_rows(padded), 16);
+  a.init(7);
+  b.init(7);
+  const TensorInfo& wa = a.registry().at(a.spec().wte());
+  const TensorInfo& wb = b.registry().at(b.spec().wte());
+  ASSERT_EQ(wb.numel, size_t(16 * mc.d_model));
+  const size_t real = wa.numel, pad = wb.numel - wa.numel;
+  EXPECT_EQ(std::memcmp(a.params().at(wa), b.params().at(wb), real * sizeof(float)), 0);
+  EXPECT_EQ(std::count(b.params().at(wb) + real, b.params().at(wb) + wb.numel, 0.0f), long(pad));
+  for (size_t i = 0; i < a.registry().size(); ++i) {
+    if (i == a.spec().wte()) continue;
+    const TensorInfo& ta = a.registry().at(i);
+    EXPECT_EQ(std::memcmp(a.params().at(ta), b.params().at(b.registry().at(i)),
+                          ta.numel * sizeof(float)),
+              0)
+        << ta.name;
+  }
+  const Batch batch = MakeBatch(2, 6, mc.vocab_size, 4);
+  Arena arena_a(a.count_arena_bytes(2, 6)), arena_b(b.count_arena_bytes(2, 6));
+  a.grads().zero();
+  b.grads().zero();
+  const float la = a.forward(batch.in.data(), batch.tg.data(), 2, 6, arena_a);
+  const float lb = b.forward(batch.in.data(), batch.tg.data(), 2, 6, arena_b);
+  EXPECT_NEAR(lb, la, 1e-6 * la);
+  a.backward(1.0f, arena_a);
+  b.backward(1.0f, arena_b);
+  for (size_t i = 0; i < a.registry().size(); ++i) {
+    const TensorInfo& ta = a.registry().at(i);
+    const float* ga = a.grads().at(ta);
+    const float* gb = b.grads().at(b.registry().at(i));
+    float scale = 0;
+    for (size_t k = 0; k < ta.numel; ++k) scale = std::max(scale, std::fabs(ga[k]));
+    for (size_t k = 0; k < ta.numel; ++k)
+      ASSERT_NEAR(gb[k], ga[k], 1e-5f * scale + 1e-9f) << ta.name << "[" << k << "]";
+  }
+  const float* gpad = b.grads().at(wb) + real;
+  EXPECT_EQ(std::count(gpad, gpad + pad, 0.0f), long(pad));
+  // The FLOPs count the model, not its padding.
+  EXPECT_EQ(b.spec().flops_param_count(), a.spec().flops_param_count());
+}
+
 }  // namespace
 }  // namespace ringstep

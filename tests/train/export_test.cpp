@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -176,6 +177,38 @@ TEST(Import, SafetensorsRoundTripIsBitExact) {
   import_safetensors(path.string(), model);
   EXPECT_EQ(fnv1a64(model.params().data(), model.params().bytes()),
             fnv1a64(exported.params().data(), exported.params().bytes()));
+  fs::remove(path);
+}
+
+// A padded vocabulary (model.pad_vocab_to_multiple) is exported as GPT-2 has it, vocab_size
+// rows; imported, into a padded model or not, the real rows come back bit for bit and a
+// padded model's padded rows are zero.
+TEST(Import, PaddedVocabularyExportsAndImportsItsRealRows) {
+  ModelConfig mc{61, 16, 32, 2, 2};
+  mc.pad_vocab_to_multiple = 64;
+  const Gpt exported = PerturbedModel(mc);  // padded rows perturbed too: not exported
+  const fs::path path =
+      fs::temp_directory_path() / ("ringstep_import_pad_" + std::to_string(getpid()));
+  export_safetensors(exported, path.string());
+  EXPECT_EQ(ReadSafeTensors(path).header["wte.weight"]["shape"], nlohmann::json({61, 32}));
+  ModelConfig plain = mc;
+  plain.pad_vocab_to_multiple = 1;
+  for (const ModelConfig& into : {mc, plain}) {
+    Gpt model(into);
+    model.init(3);
+    import_safetensors(path.string(), model);
+    for (size_t i = 0; i < model.registry().size(); ++i) {
+      const TensorInfo& t = model.registry().at(i);
+      const size_t real = i == model.spec().wte() ? size_t(61 * 32) : t.numel;
+      EXPECT_EQ(std::memcmp(model.params().at(t), exported.params().at(exported.registry().at(i)),
+                            real * sizeof(float)),
+                0)
+          << t.name;
+      EXPECT_EQ(std::count(model.params().at(t) + real, model.params().at(t) + t.numel, 0.0f),
+                long(t.numel - real))
+          << t.name;
+    }
+  }
   fs::remove(path);
 }
 

@@ -141,7 +141,7 @@ const std::vector<std::pair<std::string, Op>>& Ops() {
        }},
       {"logits_forward",
        [](Backend& be, Buffers& b, Arena& a) {
-         be.logits_forward(b.logits.data(), b.x.data(), b.p(kWte), N, C, V, a);
+         be.logits_forward(b.logits.data(), b.x.data(), b.p(kWte), N, C, V, V, a);
        }},
       {"attention_forward",
        [](Backend& be, Buffers& b, Arena& a) {

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -220,9 +221,26 @@ TEST_P(CudaBackendOps, Logits) {
   const int N = 67, C = 45, V = 1001;
   auto p = params(size_t(V) * C, 16);
   Twin x(size_t(N) * C, dt_, 1.0f, 17), logits(size_t(N) * V, DType::f32);
-  cpu_->logits_forward(logits.cpu_f(), x.cpu(), p->cpu_f(), N, C, V, *cpu_arena_);
-  gpu_->logits_forward(logits.gpu_f(), x.gpu(), p->gpu_f(), N, C, V, *gpu_arena_);
+  cpu_->logits_forward(logits.cpu_f(), x.cpu(), p->cpu_f(), N, C, V, V, *cpu_arena_);
+  gpu_->logits_forward(logits.gpu_f(), x.gpu(), p->gpu_f(), N, C, V, V, *gpu_arena_);
   expect_match(logits, "logits");
+  // A padded vocabulary: 1001 rows computed, the last 41 masked to -inf on both sides.
+  const int vocab = 960;
+  cpu_->logits_forward(logits.cpu_f(), x.cpu(), p->cpu_f(), N, C, V, vocab, *cpu_arena_);
+  gpu_->logits_forward(logits.gpu_f(), x.gpu(), p->gpu_f(), N, C, V, vocab, *gpu_arena_);
+  const std::vector<float> g = logits.gpu_values(), c = logits.cpu_values();
+  std::vector<float> g_real, c_real;
+  size_t masked = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (int(i % V) < vocab) {
+      g_real.push_back(g[i]), c_real.push_back(c[i]);
+      continue;
+    }
+    const float ninf = -std::numeric_limits<float>::infinity();
+    masked += g[i] == ninf && c[i] == ninf ? 1 : 0;
+  }
+  EXPECT_EQ(masked, size_t(N) * (V - vocab));
+  EXPECT_LE(rel_err(g_real, c_real), tol()) << "padded logits";
 }
 
 // Attention, fused on the GPU (core/cuda/flash_attention.h; the kernels alone against their
