@@ -381,6 +381,13 @@ std::vector<uint64_t> GradSync::gather(uint64_t value) {
   return all;
 }
 
+void GradSync::gather_bytes(void* buf, size_t bytes_per_rank) {
+  if (world_ == 1) return;
+  wait_bookkeeping(
+      engine_->enqueue({"allgather_bytes", kGatherBytesTag, world_ * bytes_per_rank, DType::f32},
+                       [&](Communicator& c) { c.allgather_bytes(buf, bytes_per_rank); }));
+}
+
 void GradSync::check_replicas(const FlatBuffer& params, int step) {
   if (world_ <= 1) return;
   const FlatBuffer* host = &params;

@@ -63,6 +63,7 @@ class GradSync final : public Reducer {
     kGatherTag,                        // gather(), check_replicas()
     kAnyRankTag,                       // any_rank(), first_rank()
     kAverageTag,                       // average()
+    kGatherBytesTag,                   // gather_bytes()
   };
   // sign_average() runs bucket b as op "sign_allreduce" with tag b (its own (op, tag) pairs).
 
@@ -134,6 +135,9 @@ class GradSync final : public Reducer {
   Result take_exchange();
   // VALUE of every rank, in rank order (an allgather); every rank must call it.
   std::vector<uint64_t> gather(uint64_t value);
+  // Rank r's BYTES_PER_RANK bytes at BUF + r x BYTES_PER_RANK, in and out (an allgather of
+  // small records); every rank must call it with the same size.
+  void gather_bytes(void* buf, size_t bytes_per_rank);
   // Compares a checksum of every rank's parameters (read through the staging copy when they
   // are on a GPU); throws CommError naming the ranks whose parameters differ from rank 0's
   // (replicas diverged: a bug or a bad reduction).

@@ -217,6 +217,24 @@ void decode(const nlohmann::json& j, T& v, const Any&, const JsonPlace& at) {
   r.finish();
 }
 
+// A list of objects, each a struct with fields(): written in order, read and checked one by
+// one (errors name the element: "network[1].interface").
+template <class T>
+requires requires(JsonWriter& w, T& s) { fields(w, s); }
+ojson encode(const std::vector<T>& v, const Any& spec) {
+  ojson list = ojson::array();
+  for (const T& x : v) list.push_back(encode(x, spec));
+  return list;
+}
+template <class T>
+requires requires(JsonReader& r, T& s) { fields(r, s); }
+void decode(const nlohmann::json& j, std::vector<T>& v, const Any& spec, const JsonPlace& at) {
+  if (!j.is_array()) at.fail("must be a list, got " + shown(j));
+  v.assign(j.size(), T{});
+  for (size_t i = 0; i < j.size(); ++i)
+    decode(j[i], v[i], spec, JsonPlace{at.where, at.path + "[" + std::to_string(i) + "]"});
+}
+
 // Collects the dotted names of the fields that fields(l, s) lists, nested ones included
 // ("time_ms.step"): what the docs' tables must hold.
 struct FieldNames {

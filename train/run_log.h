@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/net_facts.h"
 #include "core/config.h"
 #include "train/data.h"
 #include "train/step_record.h"
@@ -32,6 +33,7 @@ struct RunFacts {
   size_t buckets = 0;
   std::vector<int> trace_window;  // [first, last] clipped to the run, or empty
   std::string trace_note;         // why there is no trace, or ""
+  NetFacts network;  // this rank's interface and its start snapshot (more than one rank)
 };
 
 // Sums over the profiled steps, for the summary.
@@ -56,8 +58,9 @@ struct RunEnd {
   int64_t optimizer_steps = 0;
   std::string stop_reason;  // "" unless the loss scaler stopped the run
   uint64_t activations_peak_bytes = 0;
-  double loop_s = 0;           // wall time of the loop, evaluations included
-  double peak_gflops_end = 0;  // measured again after the run: information only
+  double loop_s = 0;              // wall time of the loop, evaluations included
+  double peak_gflops_end = 0;     // measured again after the run: information only
+  std::vector<NetFacts> network;  // every rank's, end snapshots included; empty with one rank
 };
 
 // The model in one line, as the run header and the dry run show it: "GPT 12 layers, d_model

@@ -10,6 +10,31 @@ using json = nlohmann::json;
 static constexpr Num kMs{.decimals = 3};
 static constexpr Int kSteps{.hi = std::numeric_limits<int>::max()};
 
+// An unknown count or rate is null.
+static constexpr Int kCount{.none = NoneAs::null, .none_value = -1};
+static constexpr Num kGbps{.decimals = 6, .none = NoneAs::null};
+
+template <class Io>
+void fields(Io& io, NetSnapshot& n) {
+  io("link_gbps", n.link_gbps, kGbps);
+  io("cap_gbps", n.cap_gbps, kGbps);
+  io("tcp_out_segs", n.tcp_out_segs, kCount);
+  io("tcp_retrans_segs", n.tcp_retrans_segs, kCount);
+  io("tx_bytes", n.tx_bytes, kCount);
+  io("rx_bytes", n.rx_bytes, kCount);
+  io("tx_dropped", n.tx_dropped, kCount);
+  io("rx_dropped", n.rx_dropped, kCount);
+  io("tx_errors", n.tx_errors, kCount);
+  io("rx_errors", n.rx_errors, kCount);
+}
+
+template <class Io>
+void fields(Io& io, NetFacts& f) {
+  io("interface", f.interface, Any{});
+  io("start", f.start, Any{});
+  io("end", f.end, Any{});
+}
+
 template <class Io>
 void fields(Io& io, RunSummary& s) {
   io("format_version", s.format_version, Int{.lo = 2, .hi = kSummaryFormat});
@@ -51,6 +76,7 @@ void fields(Io& io, RunSummary& s) {
   io("loop_wall_s", s.loop_wall_s, Num{.decimals = 6});
   io("tokens_per_s_wall", s.tokens_per_s_wall, Num{.decimals = 1});
   io("peak_rss_bytes", s.peak_rss_bytes, Int{.added_later = true});
+  io("network", s.network, Any{.added_later = true});
 }
 
 ojson to_json(const RunSummary& s) { return encode(s, Any{}); }

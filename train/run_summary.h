@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/net_facts.h"
 #include "core/config.h"
 #include "core/dtype.h"
 
@@ -53,6 +54,9 @@ struct RunSummary {
   double loop_wall_s = 0;
   double tokens_per_s_wall = 0;
   uint64_t peak_rss_bytes = 0;  // rank 0's peak resident set (getrusage); 0: unknown
+  // Every rank's network facts in rank order (comm/net_facts.h); empty with one rank, and in
+  // a summary written before they were recorded.
+  std::vector<NetFacts> network;
 };
 
 // summary.json's text: pretty-printed, numbers rounded as docs/logs.md says.

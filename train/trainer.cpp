@@ -118,7 +118,12 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
     }
   });
   sync_.setup(model_);
-  if (f.world > 1) sync_.check_replicas(std::as_const(model_).params(), 0);
+  if (f.world > 1) {
+    sync_.check_replicas(std::as_const(model_).params(), 0);
+    f.network.interface = traffic_interface(
+        f.rank, f.world, [this](void* buf, size_t n) { sync_.gather_bytes(buf, n); });
+    f.network.start = read_net_snapshot(f.network.interface);
+  }
   f.flops_per_token = model_.model_flops_per_token();
   f.hw_flops_per_token = f.flops_per_token + model_.recompute_flops_per_token();
   f.tokens_per_step = double(inputs_.size()) * f.world;
@@ -511,12 +516,21 @@ TrainOutcome Trainer::run() {
                                                           : "");
   out.final_val_loss = end.final_val_loss = evaluate();
   end.peak_gflops_end = run_peak(cfg_, model_.options().act_dtype, facts_.threads).gflops;
+  end.network = network_at_end();
   record_end_state(out);
   if (facts_.rank == 0 && end.stop_reason.empty())
     export_safetensors(model_, run_dir_.path(kFinalWeights), state_.step);
   if (facts_.rank == 0) write_summary(cfg_, facts_, totals_, state_.scaler, end);
   if (!end.stop_reason.empty()) throw TrainingStopped(end.stop_reason);
   return out;
+}
+
+std::vector<NetFacts> Trainer::network_at_end() {
+  if (facts_.world <= 1) return {};
+  NetFacts mine = facts_.network;
+  mine.end = read_net_snapshot(mine.interface);
+  return gather_net_facts(mine, facts_.rank, facts_.world,
+                          [this](void* buf, size_t n) { sync_.gather_bytes(buf, n); });
 }
 
 // What the summary needs of the run's end that the loop knows (the final evaluation and the

@@ -126,6 +126,8 @@ class Trainer {
   void save(TrainOutcome& out);
   TrainOutcome stop_preempted(TrainOutcome& out);
   void record_end_state(TrainOutcome& out) const;
+  // Every rank's network facts, this rank's end snapshot read now; collective.
+  std::vector<NetFacts> network_at_end();
 
   const Config cfg_;
   GradSync sync_;

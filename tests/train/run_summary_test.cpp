@@ -94,6 +94,51 @@ TEST(RunSummary, EveryFieldRoundTripsThroughJson) {
   EXPECT_FALSE(m.stopped_early);
 }
 
+// Each rank's network facts: a list in rank order, unknown values null, absent in a summary
+// written before them.
+TEST(RunSummary, NetworkFactsRoundTripWithUnknownsAsNull) {
+  RunSummary a = FullSummary();
+  NetFacts r0;
+  r0.interface = "eth0";
+  r0.start = {10, 1, 100, 0, 5000, 6000, 0, 0, 0, 0};
+  r0.end = {10, 1, 42558, 1658, 62426725, 59441329, 0, 0, 0, 0};
+  NetFacts r1 = r0;
+  r1.end.cap_gbps = 0.1;
+  r1.end.link_gbps = NetSnapshot::kNaN;
+  r1.end.rx_errors = -1;
+  NetFacts r2;  // no network to the others: every value unknown
+  a.network = {r0, r1, r2};
+  const json j = json::parse(summary_text(a));
+  EXPECT_EQ(j["network"][1]["end"]["cap_gbps"], 0.1);
+  EXPECT_TRUE(j["network"][1]["end"]["link_gbps"].is_null());
+  EXPECT_TRUE(j["network"][1]["end"]["rx_errors"].is_null());
+  EXPECT_EQ(j["network"][2]["interface"], "");
+  EXPECT_TRUE(j["network"][2]["start"]["tcp_retrans_segs"].is_null());
+  const RunSummary b = ReadBack(summary_text(a));
+  ASSERT_EQ(b.network.size(), 3u);
+  EXPECT_EQ(b.network[0].interface, "eth0");
+  EXPECT_EQ(b.network[0].end.tcp_retrans_segs, 1658);
+  EXPECT_EQ(b.network[0].end.tx_bytes, 62426725);
+  EXPECT_EQ(b.network[1].end.cap_gbps, 0.1);
+  EXPECT_TRUE(std::isnan(b.network[1].end.link_gbps));
+  EXPECT_EQ(b.network[1].end.rx_errors, -1);
+  EXPECT_EQ(b.network[2].interface, "");
+  EXPECT_TRUE(std::isnan(b.network[2].start.cap_gbps));
+  // Written before network facts: none.
+  json old = j;
+  old.erase("network");
+  EXPECT_TRUE(summary_from_json(old, "summary.json").network.empty());
+  // Damage is named down to the element's field.
+  json bad = j;
+  bad["network"][1]["end"]["tcp_retrans_segs"] = -5;
+  EXPECT_EQ(ReadError(bad),
+            "run/summary.json: field 'network[1].end.tcp_retrans_segs' must be an "
+            "integer >= 0, got -5");
+  bad = j;
+  bad["network"] = "eth0";
+  EXPECT_EQ(ReadError(bad), "run/summary.json: field 'network' must be a list, got \"eth0\"");
+}
+
 // A summary written before format_version existed reads, each field optional; its MFU is
 // recomputed against the start's peak (format 1 divided by the larger of two).
 TEST(RunSummary, SummariesWithoutAFormatVersionStillRead) {
