@@ -211,6 +211,33 @@ void compute_comm(const std::vector<StepRecord>& steady, ReportData& r) {
   c.link_gbs = cfg.comm.link.bandwidth_gbps / 8;
 }
 
+// END - START of a counter; -1 when either is unknown or the counter went back (a reset).
+int64_t change(int64_t start, int64_t end) { return start >= 0 && end >= start ? end - start : -1; }
+
+// Each rank's link from the summary's network facts: what it carries, and its counters
+// over the run.
+void compute_links(const RunSummary* summary, ReportData& r) {
+  if (!summary) return;
+  for (const NetFacts& f : summary->network) {
+    RankLink l;
+    const NetSnapshot &a = f.start, &b = f.end;
+    l.interface = f.interface;
+    l.link_gbps = b.link_gbps, l.cap_gbps = b.cap_gbps;
+    l.capped = b.cap_gbps > 0 && !(b.link_gbps <= b.cap_gbps);
+    l.rate_gbps = l.capped ? b.cap_gbps : b.link_gbps;
+    l.tcp_out_segs = change(a.tcp_out_segs, b.tcp_out_segs);
+    l.tcp_retrans_segs = change(a.tcp_retrans_segs, b.tcp_retrans_segs);
+    l.tx_bytes = change(a.tx_bytes, b.tx_bytes), l.rx_bytes = change(a.rx_bytes, b.rx_bytes);
+    const int64_t tx_drop = change(a.tx_dropped, b.tx_dropped),
+                  rx_drop = change(a.rx_dropped, b.rx_dropped);
+    const int64_t tx_err = change(a.tx_errors, b.tx_errors),
+                  rx_err = change(a.rx_errors, b.rx_errors);
+    l.dropped = tx_drop >= 0 && rx_drop >= 0 ? tx_drop + rx_drop : -1;
+    l.errors = tx_err >= 0 && rx_err >= 0 ? tx_err + rx_err : -1;
+    r.comm.links.push_back(std::move(l));
+  }
+}
+
 void compute_loss_and_memory(const std::vector<StepRecord>& recs, const RunSummary* summary,
                              ReportData& r) {
   // The summary's numbers where it has them (NaN: unknown or not finite), else the records'.
@@ -338,6 +365,7 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
     r.activations_estimate_bytes = activation_estimate_bytes(r.config);
   }
   compute_comm(steady, r);
+  compute_links(summary, r);
   measured_roofline(
       std::any_of(steady.begin(), steady.end(), [](const StepRecord& s) { return !s.ops.empty(); })
           ? steady

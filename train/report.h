@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -93,6 +94,21 @@ struct Finding {
   std::vector<std::string> sets;
 };
 
+// One rank's link over the run, from summary.json's network facts (comm/net_facts.h):
+// NaN or -1 = unknown.
+struct RankLink {
+  std::string interface;                   // "": no network between this rank and the others
+  double link_gbps = NAN, cap_gbps = NAN;  // at the end of the run; cap 0: none
+  // What the link carries: the least of a cap above 0 and the link speed; NaN when neither
+  // is known. capped: the cap is the lesser.
+  double rate_gbps = NAN;
+  bool capped = false;
+  // Changes over the run (end - start): TCP in the rank's network namespace, and the
+  // interface's counters (dropped and errors: tx + rx).
+  int64_t tcp_out_segs = -1, tcp_retrans_segs = -1;
+  int64_t tx_bytes = -1, rx_bytes = -1, dropped = -1, errors = -1;
+};
+
 // Communication numbers the rules reason from (steady steps; 0 or NaN = unknown).
 struct CommFacts {
   int buckets = 0;                   // gradient buckets of the config's model at comm.bucket_mb
@@ -102,6 +118,7 @@ struct CommFacts {
   double link_gbs = 0;               // comm.link.bandwidth_gbps / 8; 0 = not emulated
   std::vector<int> straggler_count;  // per rank: steady steps that named it a straggler
   double busy_ms_max = 0, busy_ms_median = 0;  // medians over the steady steps
+  std::vector<RankLink> links;  // per rank; empty without network facts in summary.json
 };
 
 struct ReportData {

@@ -136,6 +136,54 @@ void print_comm(const ReportData& r, Text& t) {
   t.line("%s%s", line.c_str(), buf);
 }
 
+// A counter for people: "1658", "-" when unknown.
+std::string count_text(int64_t n) { return n >= 0 ? human_count(double(n)) : "?"; }
+std::string gbps_text(double gbps) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, std::isfinite(gbps) ? "%g Gbit/s" : "?", gbps);
+  return buf;
+}
+
+// Each rank's link (summary.json's network facts): interface, speed, cap, and its counters
+// over the run.
+void print_network(const ReportData& r, Text& t) {
+  const std::vector<RankLink>& links = r.comm.links;
+  if (links.empty()) return;
+  if (std::all_of(links.begin(), links.end(),
+                  [](const RankLink& l) { return l.interface.empty(); })) {
+    t.line("network      no network between the ranks (every rank on one host)");
+    return;
+  }
+  constexpr size_t kShown = 8;
+  for (size_t k = 0; k < std::min(links.size(), kShown); ++k) {
+    const RankLink& l = links[k];
+    const char* head = k == 0 ? "network      " : "             ";
+    if (l.interface.empty()) {
+      t.line("%srank %zu: no network to the other ranks", head, k);
+      continue;
+    }
+    std::string cap = l.cap_gbps > 0    ? "root qdisc caps it at " + gbps_text(l.cap_gbps)
+                      : l.cap_gbps == 0 ? "no rate cap"
+                                        : "rate cap unknown";
+    std::string resent = "?";
+    if (l.tcp_out_segs > 0 && l.tcp_retrans_segs >= 0) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s of %s (%.2f%%)", count_text(l.tcp_retrans_segs).c_str(),
+                    count_text(l.tcp_out_segs).c_str(),
+                    100.0 * double(l.tcp_retrans_segs) / double(l.tcp_out_segs));
+      resent = buf;
+    }
+    t.line(
+        "%srank %zu: %s, link %s, %s | over the run: TCP segments resent %s | tx %sB rx %sB, "
+        "dropped %s, errors %s",
+        head, k, l.interface.c_str(), gbps_text(l.link_gbps).c_str(), cap.c_str(), resent.c_str(),
+        count_text(l.tx_bytes).c_str(), count_text(l.rx_bytes).c_str(),
+        count_text(l.dropped).c_str(), count_text(l.errors).c_str());
+  }
+  if (links.size() > kShown)
+    t.line("             ... %zu more ranks in the JSON report", links.size() - kShown);
+}
+
 // 1-bit Adam's two stages side by side (docs/optim.md).
 void print_onebit(const ReportData& r, Text& t) {
   if (!r.onebit) return;
@@ -306,6 +354,7 @@ std::string report_text(const ReportData& r) {
       r.last_step, plural(r.warmup_excluded, "step").c_str());
   print_time(r, t);
   print_comm(r, t);
+  print_network(r, t);
   print_onebit(r, t);
   print_loss_memory_ranks(r, t);
   print_roofline(r, t);
@@ -419,6 +468,20 @@ std::string report_json(const ReportData& r) {
                {"straggler_count", c.straggler_count},
                {"busy_ms_max", positive(c.busy_ms_max)},
                {"busy_ms_median", positive(c.busy_ms_median)}};
+  const auto counter = [](int64_t n) { return n >= 0 ? ojson(n) : ojson(nullptr); };
+  ojson links = ojson::array();
+  for (const RankLink& l : c.links)
+    links.push_back({{"interface", l.interface.empty() ? ojson(nullptr) : ojson(l.interface)},
+                     {"link_gbps", known(l.link_gbps)},
+                     {"cap_gbps", known(l.cap_gbps)},
+                     {"rate_gbps", known(l.rate_gbps)},
+                     {"tcp_out_segs", counter(l.tcp_out_segs)},
+                     {"tcp_retrans_segs", counter(l.tcp_retrans_segs)},
+                     {"tx_bytes", counter(l.tx_bytes)},
+                     {"rx_bytes", counter(l.rx_bytes)},
+                     {"dropped", counter(l.dropped)},
+                     {"errors", counter(l.errors)}});
+  j["network"] = links;
   ojson diag = ojson::array();
   for (const Finding& f : r.findings)
     diag.push_back({{"id", f.id}, {"evidence", f.evidence}, {"advice", f.advice}, {"try", f.sets}});

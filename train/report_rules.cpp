@@ -36,6 +36,10 @@ constexpr double kMemoryBoundPct = 50;  // bandwidth-bound ops, % of the ops' ti
 constexpr double kStragglerFrac = 0.5;  // share of steps one rank is the slowest or named
 constexpr double kDataPct = 5;
 constexpr double kSkippedPct = 1;
+constexpr double kSlowLinkRatio = 0.5;  // a link at most this fraction of every other rank's
+constexpr double kAboveRate = 1.25;     // busbw above this x a link's rate: not its limit
+constexpr double kRetransFrac = 0.01;   // TCP segments resent, share of those sent: loss
+constexpr double kRetransRatio = 10;    // ... this many times the other rank's share
 
 std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
   char buf[256];
@@ -73,6 +77,9 @@ struct Rules {
   // The rank a straggler rule would name, or -1.
   int straggler() const;
   void communication();
+  void slow_link();
+  bool slow_link_by_rate(const std::string& seen);
+  bool slow_link_by_loss(const std::string& seen);
   void memory();
   void kernels();
   void slow_op();
@@ -171,6 +178,119 @@ void Rules::communication() {
              " with the link's speed (`ringstep bench allreduce`); 1-bit Adam "
              "(`optimizer.name: onebit_adam`) sends fewer bytes");
   }
+}
+
+// "rank 1" or "ranks 1, 3".
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+std::string gbit(double gbps) { return fmt("%g Gbit/s", gbps); }
+
+// "rank 0 1658 of 42458 (3.9%)": the TCP segments rank K resent over the run.
+std::string resent(int k, const RankLink& l) {
+  return fmt(" rank %g %g of %g", k, double(l.tcp_retrans_segs), double(l.tcp_out_segs)) +
+         fmt(" (%.2f%%)", 100.0 * double(l.tcp_retrans_segs) / double(l.tcp_out_segs));
+}
+
+// "; TCP segments resent over the run: rank 0 1658 of 42458 (3.9%), rank 1 0 of 47873
+// (0.0%)", or "" when a rank's counters are unknown.
+std::string retransmissions(const std::vector<RankLink>& links) {
+  std::string s = "; TCP segments resent over the run (in each rank's network namespace):";
+  for (size_t k = 0; k < links.size(); ++k) {
+    const RankLink& l = links[k];
+    if (l.tcp_out_segs <= 0 || l.tcp_retrans_segs < 0) return "";
+    s += std::string(k ? "," : "") + resent(int(k), l);
+  }
+  return s;
+}
+
+// Every rank's link rate is known and one group of ranks has a link at most half as fast as
+// every other rank's, whose rate the measured bus bandwidth matches: name those ranks.
+bool Rules::slow_link_by_rate(const std::string& seen) {
+  const std::vector<RankLink>& links = r.comm.links;
+  double slowest = INFINITY;
+  for (const RankLink& l : links) {
+    if (!(l.rate_gbps > 0)) return false;
+    slowest = std::min(slowest, l.rate_gbps);
+  }
+  std::vector<int> slow;
+  double others_lo = INFINITY, others_hi = 0;
+  for (size_t k = 0; k < links.size(); ++k) {
+    const double rate = links[k].rate_gbps;
+    if (rate == slowest) {
+      slow.push_back(int(k));
+    } else {
+      others_lo = std::min(others_lo, rate), others_hi = std::max(others_hi, rate);
+    }
+  }
+  if (slow.size() == links.size() || slowest > kSlowLinkRatio * others_lo) return false;
+  // A 2-rank AllReduce's busbw is what each direction of a link carries; a ring's, what
+  // each of its links carries (docs/metrics.md): at most the rate / 8 in GB/s.
+  const double link_gbs = slowest / 8, busbw = r.comm.busbw_gbs;
+  if (!(busbw >= kLinkBoundFrac * link_gbs && busbw <= kAboveRate * link_gbs)) return false;
+  const RankLink& first = links[size_t(slow.front())];
+  const bool one = slow.size() == 1;
+  const std::string iface = first.interface.empty() ? "" : " (" + first.interface + ")";
+  std::string what =
+      (one ? ranks_text(slow) + "'s link" : "the links of " + ranks_text(slow)) + iface +
+      (one ? " is " : " are ") +
+      (first.capped
+           ? "capped at " + gbit(slowest) + " by " + (one ? "its root qdisc" : "their root qdiscs")
+           : "at " + gbit(slowest) + " (link speed)") +
+      ", the others' at " +
+      (others_hi > others_lo ? fmt("%g to %g Gbit/s", others_lo, others_hi) : gbit(others_lo));
+  fire("slow_link",
+       what +
+           fmt("; measured busbw %.3g GB/s = %.0f%% of the %.3g GB/s it carries", busbw,
+               100 * busbw / link_gbs, link_gbs) +
+           " (" + seen + ")" + retransmissions(links),
+       "the exchange runs at the slowest link's rate, so every rank waits for " + ranks_text(slow) +
+           ": check that host's link (its negotiated speed: ethtool; a rate limit: tc qdisc "
+           "show dev" +
+           (first.interface.empty() ? std::string(" IF") : " " + first.interface) +
+           "; the cable and the switch port), or run without that host");
+  return true;
+}
+
+// With 2 ranks and no rate to tell them apart: one rank resent a share of its TCP segments
+// and the other almost none. A host whose link is slower queues its own sends at its
+// interface and loses none, while what the other sends it is dropped on the way in and
+// resent: name the rank that did not resend.
+bool Rules::slow_link_by_loss(const std::string& seen) {
+  const std::vector<RankLink>& links = r.comm.links;
+  if (links.size() != 2 || retransmissions(links).empty()) return false;
+  const auto frac = [&](int k) {
+    return double(links[size_t(k)].tcp_retrans_segs) / double(links[size_t(k)].tcp_out_segs);
+  };
+  const int lossy = frac(0) >= frac(1) ? 0 : 1, other = 1 - lossy;
+  if (frac(lossy) < kRetransFrac || frac(other) * kRetransRatio > frac(lossy)) return false;
+  const std::string iface =
+      links[size_t(other)].interface.empty() ? "" : " (" + links[size_t(other)].interface + ")";
+  fire("slow_link",
+       fmt("rank %g's link", other) + iface + fmt(" loses what rank %g sends it:", lossy) +
+           resent(lossy, links[size_t(lossy)]) + " TCP segments resent, against" +
+           resent(other, links[size_t(other)]) +
+           (r.comm.busbw_gbs > 0 ? fmt("; measured busbw %.3g GB/s", r.comm.busbw_gbs) : "") +
+           " (" + seen + ")",
+       "a host whose link is slower queues its own sends and loses none, while what the "
+       "other sends it is dropped on the way in: a link into rank " +
+           std::to_string(other) + " slower than rank " + std::to_string(lossy) +
+           "'s, or a lossy one. Check that host's link (its negotiated speed: ethtool; a rate "
+           "limit: tc qdisc; the cable and the switch port)");
+  return true;
+}
+
+// A slow exchange explained by one rank's link, from the ranks' network facts.
+void Rules::slow_link() {
+  const CommFacts& c = r.comm;
+  if (r.world < 2 || int(c.links.size()) != r.world || r.step_ms_p50 <= 0) return;
+  const double exposed = 100 * c.exposed_ms / r.step_ms_p50;
+  if (exposed < kCommCausePct) return;
+  const std::string seen = fmt("exposed communication %.1f%% of step", exposed);
+  if (!slow_link_by_rate(seen)) slow_link_by_loss(seen);
 }
 
 void Rules::memory() {
@@ -369,6 +489,7 @@ void Rules::loss_scale() {
 void run_rules(ReportData& r) {
   Rules rules{r, r.has_config ? &r.config : nullptr};
   rules.communication();
+  rules.slow_link();
   rules.memory();
   if (r.step_ms_p50 > 0 && r.step_ms_p90 / r.step_ms_p50 > kSpreadRatio)
     rules.fire("step_spread",

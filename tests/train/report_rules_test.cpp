@@ -2,11 +2,9 @@
 // fixture changed one cause at a time (the numbers in tests/train/report_fixture.h).
 #include <gtest/gtest.h>
 
-#include <iterator>
-
 #include <fstream>
-
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -138,8 +136,8 @@ TEST(ReportRules, GoodOverlapComparesTheBusBandwidthWithTheLink) {
   EXPECT_NE(r.findings[0].advice.find("1-bit Adam"), std::string::npos);
   EXPECT_EQ(r.findings[0].sets, std::vector<std::string>{"optimizer.name=onebit_adam"});
   // With 1-bit Adam already on, what is left is its full-precision warm-up.
-  const fs::path onebit = Changed("healthy", "onebit_on", Comm(60, 25, 0.1),
-                                  "bandwidth_gbps: 0.0", "bandwidth_gbps: 1.0");
+  const fs::path onebit = Changed("healthy", "onebit_on", Comm(60, 25, 0.1), "bandwidth_gbps: 0.0",
+                                  "bandwidth_gbps: 1.0");
   {
     std::ifstream in(onebit / "config.yaml");
     std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -197,6 +195,151 @@ TEST(ReportRules, StragglerIsNamedByBusyTimeAndItsWaitIsNotBlamedOnTheNetwork) {
   EXPECT_NE(r.findings[0].evidence.find("busy 150.0 ms per step against the median rank's 100.0"),
             std::string::npos);
   fs::remove_all(dir);
+}
+
+// One rank's network facts as summary.json holds them: LINK and CAP in Gbit/s (null:
+// unknown), OUT TCP segments sent of which RETRANS resent over the run (-1: unknown).
+json Link(const char* iface, json link, json cap, int64_t out, int64_t retrans) {
+  const auto count = [](int64_t n) { return n >= 0 ? json(n) : json(nullptr); };
+  json start = {{"link_gbps", link},
+                {"cap_gbps", cap},
+                {"tcp_out_segs", count(out >= 0 ? 1000 : -1)},
+                {"tcp_retrans_segs", count(retrans >= 0 ? 10 : -1)},
+                {"tx_bytes", 0},
+                {"rx_bytes", 0},
+                {"tx_dropped", 0},
+                {"rx_dropped", 0},
+                {"tx_errors", 0},
+                {"rx_errors", 0}};
+  json end = start;
+  end["tcp_out_segs"] = count(out >= 0 ? 1000 + out : -1);
+  end["tcp_retrans_segs"] = count(retrans >= 0 ? 10 + retrans : -1);
+  end["tx_bytes"] = 68000000, end["rx_bytes"] = 67000000;
+  return {{"interface", iface}, {"start", start}, {"end", end}};
+}
+
+// The healthy fixture as a run on WORLD hosts whose exchange takes 55 ms of which 50 are
+// exposed at BUSBW GB/s, each rank's network facts in LINKS.
+fs::path SlowExchange(const std::string& name, double busbw, const json& links) {
+  const int world = int(links.size());
+  const fs::path dir = Changed("healthy", name, [&](json& r) {
+    Comm(55, 50, busbw)(r);
+    r["ranks"]["world"] = world;
+  });
+  SetSummary(dir, "world", world);
+  SetSummary(dir, "network", links);
+  return dir;
+}
+
+const Finding* SlowLink(const ReportData& r) {
+  for (const Finding& f : r.findings)
+    if (f.id == "slow_link") return &f;
+  return nullptr;
+}
+
+// 2 namespace hosts at 1 Gbit/s, host 2 reshaped to 0.1 (launch/testhosts): rank 1's own
+// interface holds the tbf at 0.1 and the bus bandwidth matches it. Its peer resent what
+// the far end of rank 1's link dropped; rank 1 resent nothing.
+TEST(ReportRules, SlowLinkNamesTheRankWhoseCapTheBusBandwidthMatches) {
+  const fs::path dir = SlowExchange(
+      "slow_link", 0.012, {Link("eth0", 10, 1, 42458, 1658), Link("eth0", 10, 0.1, 47873, 0)});
+  const ReportData r = analyze(dir.string(), BigMachine());
+  EXPECT_EQ(r.fired(), (std::vector<std::string>{"bucket_size", "slow_link"}));
+  const Finding* f = SlowLink(r);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->evidence.substr(0, f->evidence.find(" (exposed")),
+            "rank 1's link (eth0) is capped at 0.1 Gbit/s by its root qdisc, the others' at "
+            "1 Gbit/s; measured busbw 0.012 GB/s = 96% of the 0.0125 GB/s it carries");
+  EXPECT_NE(f->evidence.find("TCP segments resent over the run (in each rank's network namespace): "
+                             "rank 0 1658 of 42458 (3.91%), rank 1 0 of 47873 (0.00%)"),
+            std::string::npos)
+      << f->evidence;
+  EXPECT_NE(f->advice.find("tc qdisc show dev eth0"), std::string::npos) << f->advice;
+  EXPECT_TRUE(f->sets.empty());
+  ASSERT_EQ(r.comm.links.size(), 2u);
+  EXPECT_EQ(r.comm.links[1].rate_gbps, 0.1);
+  EXPECT_TRUE(r.comm.links[1].capped);
+  EXPECT_EQ(r.comm.links[0].tcp_retrans_segs, 1658);
+  EXPECT_EQ(r.comm.links[0].tx_bytes, 68000000);
+  const std::string text = report_text(r);
+  EXPECT_NE(text.find("network      rank 0: eth0, link 10 Gbit/s, root qdisc caps it at 1 Gbit/s | "
+                      "over the run: TCP segments resent 1.7k of 42.5k (3.91%)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("[slow_link] rank 1's link (eth0)"), std::string::npos);
+  const json j = json::parse(report_json(r));
+  EXPECT_EQ(j["network"][1]["rate_gbps"], 0.1);
+  EXPECT_EQ(j["network"][0]["tcp_retrans_segs"], 1658);
+  fs::remove_all(dir);
+}
+
+TEST(ReportRules, SlowLinkFromLinkSpeedsAndForSeveralRanksOnOneHost) {
+  // No cap readable (null): the link speeds tell, 1 against 25 Gbit/s.
+  fs::path dir = SlowExchange(
+      "slow_speed", 0.12, {Link("ens1", 25, nullptr, -1, -1), Link("ens1", 1, nullptr, -1, -1)});
+  ReportData r = analyze(dir.string(), BigMachine());
+  const Finding* f = SlowLink(r);
+  ASSERT_TRUE(f) << report_text(r);
+  EXPECT_EQ(f->evidence.substr(0, f->evidence.find(" (exposed")),
+            "rank 1's link (ens1) is at 1 Gbit/s (link speed), the others' at 25 Gbit/s; measured "
+            "busbw 0.12 GB/s = 96% of the 0.125 GB/s it carries");
+  EXPECT_EQ(f->evidence.find("TCP segments"), std::string::npos);  // counters unknown
+  fs::remove_all(dir);
+  // 2 hosts of 2 ranks, the second host's link capped; a third speed among the others.
+  dir = SlowExchange("slow_host", 0.011,
+                     {Link("eth0", 10, 1, 100, 0), Link("eth0", 10, 2, 100, 0),
+                      Link("eth0", 10, 0.1, 100, 0), Link("eth0", 10, 0.1, 100, 0)});
+  r = analyze(dir.string(), BigMachine());
+  f = SlowLink(r);
+  ASSERT_TRUE(f) << report_text(r);
+  EXPECT_EQ(f->evidence.substr(0, f->evidence.find(";")),
+            "the links of ranks 2, 3 (eth0) are capped at 0.1 Gbit/s by their root qdiscs, the "
+            "others' at 1 to 2 Gbit/s");
+  fs::remove_all(dir);
+}
+
+// With no rate to tell the ranks apart (a veth's speed, no qdisc cap), the loss tells: the
+// rank that resent is the one sending into the slow link.
+TEST(ReportRules, SlowLinkFromRetransmissionsWhenNoRateIsKnown) {
+  const fs::path dir =
+      SlowExchange("slow_loss", 0.012,
+                   {Link("eth0", nullptr, 0, 42458, 1658), Link("eth0", nullptr, 0, 47873, 0)});
+  const ReportData r = analyze(dir.string(), BigMachine());
+  const Finding* f = SlowLink(r);
+  ASSERT_TRUE(f) << report_text(r);
+  EXPECT_EQ(f->evidence.substr(0, f->evidence.find(" (exposed")),
+            "rank 1's link (eth0) loses what rank 0 sends it: rank 0 1658 of 42458 (3.91%) TCP "
+            "segments resent, against rank 1 0 of 47873 (0.00%); measured busbw 0.012 GB/s");
+  EXPECT_NE(f->advice.find("a link into rank 1 slower than rank 0's"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// No blame where the facts do not single out one link.
+TEST(ReportRules, SlowLinkStaysQuietOnEqualLinksUnknownFactsOrAnUnexplainedBandwidth) {
+  const auto quiet = [](const std::string& name, double busbw, const json& links) {
+    const fs::path dir = SlowExchange(name, busbw, links);
+    const ReportData r = analyze(dir.string(), BigMachine());
+    EXPECT_FALSE(SlowLink(r)) << name << "\n" << report_text(r);
+    fs::remove_all(dir);
+  };
+  // Healthy: two hosts at 1 Gbit/s, the exchange at the link's rate, a few segments resent.
+  quiet("equal", 0.118, {Link("eth0", 10, 1, 40000, 3), Link("eth0", 10, 1, 40000, 2)});
+  // Nothing known: no network between the ranks, or every reader failed.
+  quiet("one_host", 0.5, {Link("", nullptr, nullptr, -1, -1), Link("", nullptr, nullptr, -1, -1)});
+  quiet("unknown", 0.012,
+        {Link("eth0", nullptr, nullptr, -1, -1), Link("eth0", nullptr, nullptr, -1, -1)});
+  // One rate unknown: "the others" cannot be compared.
+  quiet("half_known", 0.012,
+        {Link("eth0", nullptr, nullptr, -1, -1), Link("eth0", 10, 0.1, 100, 0)});
+  // A slower link that does not explain the bandwidth: 16% of what it carries.
+  quiet("unexplained", 0.002, {Link("eth0", 10, 1, 100, 0), Link("eth0", 10, 0.1, 100, 0)});
+  // Both ranks lose segments: no direction stands out.
+  quiet("both_lossy", 0.012,
+        {Link("eth0", nullptr, 0, 40000, 1600), Link("eth0", nullptr, 0, 40000, 800)});
+  // The healthy fixture (one rank, no network facts) fires nothing, as before.
+  const ReportData h = analyze((kFixtures / "healthy").string(), BigMachine());
+  EXPECT_TRUE(h.findings.empty()) << report_text(h);
+  EXPECT_TRUE(h.comm.links.empty());
 }
 
 // The report counts buckets from the config alone; GradSync cuts the real buffer.
