@@ -4,7 +4,7 @@
 # lock): two jobs launched across two sets of hosts at once have hung at start-up, a daemon
 # missing, before each host had its own TMPDIR (docs/launch.md).
 if(Python3_Interpreter_FOUND)
-  foreach(case "collectives;2" "collectives;4" "losses;2" "linkcut;2" "sigterm;2")
+  foreach(case "collectives;2" "collectives;4" "losses;2" "linkcut;2" "sigterm;2" "slowlink;2")
     list(GET case 0 what)
     list(GET case 1 np)
     set(name netns.${what})

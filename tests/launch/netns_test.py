@@ -12,6 +12,9 @@ launch/ringstep-mpirun --hosts, talking Open MPI over TCP (ctest label netns).
   sigterm         SIGTERM to the rank on the second host: every rank stops after the same step,
                   a checkpoint is committed, and the rerun across the hosts resumes from it with
                   the loss curve of a run never stopped, bit for bit
+  slowlink        2 hosts at 1 Gbit/s, the second reshaped to 0.1 Gbit/s: every rank records
+                  its link (summary.json's network facts) and `ringstep report` names rank 1's
+                  link as the one the exchange runs at
 
 Exits 77 (ctest: skipped) with the reason when namespace hosts cannot be made here (not root,
 no `ip netns`). The hosts are torn down on every exit; a set left by a killed test is reaped
@@ -212,6 +215,30 @@ def case_sigterm(tmp):
           f"checkpoint committed, {steps} steps resumed across hosts bit-exact")
 
 
+def case_slowlink(tmp):
+    run_dir = os.path.join(tmp, "slow")
+    with Hosts(2, gbps=1) as hosts:
+        subprocess.run([TESTHOSTS, "shape", hosts.names[1], "0.1"], check=True,
+                       capture_output=True)
+        run(hosts.launch(train_args(run_dir, 12)))
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        network = json.load(f)["network"]
+    caps = [(n["interface"], n["start"]["cap_gbps"], n["end"]["cap_gbps"]) for n in network]
+    if caps != [("eth0", 1, 1), ("eth0", 0.1, 0.1)]:
+        fail(f"network facts: (interface, cap at start, cap at end) per rank {caps}, expected "
+             f"eth0 capped at 1 and 0.1 Gbit/s:\n{json.dumps(network, indent=1)}")
+    report = subprocess.run([RINGSTEP, "report", run_dir], env=ENV, capture_output=True,
+                            text=True)
+    named = ("[slow_link] rank 1's link (eth0) is capped at 0.1 Gbit/s by its root qdisc, "
+             "the others' at 1 Gbit/s; measured busbw")
+    if report.returncode != 0 or named not in report.stdout:
+        fail(f"report exited {report.returncode}, expected a line with '{named}':\n"
+             f"{report.stdout}{report.stderr}")
+    lines = [line for line in report.stdout.splitlines()
+             if "slow_link" in line or line.lstrip().startswith(("network", "rank "))]
+    print("ok: the report names rank 1's link:\n" + "\n".join(lines))
+
+
 def main():
     check = subprocess.run([TESTHOSTS, "check"], capture_output=True, text=True)
     if check.returncode != 0:
@@ -219,7 +246,7 @@ def main():
         sys.exit(SKIP)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # ctest's timeout: run the teardown
     cases = {"collectives": case_collectives, "losses": case_losses, "linkcut": case_linkcut,
-             "sigterm": case_sigterm}
+             "sigterm": case_sigterm, "slowlink": case_slowlink}
     with tempfile.TemporaryDirectory(prefix="ringstep_netns_") as tmp:
         cases[CASE](tmp)
 
