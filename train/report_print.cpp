@@ -136,7 +136,7 @@ void print_comm(const ReportData& r, Text& t) {
   t.line("%s%s", line.c_str(), buf);
 }
 
-// A counter for people: "1658", "-" when unknown.
+// A counter for people: "1.7k", "?" when unknown.
 std::string count_text(int64_t n) { return n >= 0 ? human_count(double(n)) : "?"; }
 std::string gbps_text(double gbps) {
   char buf[32];

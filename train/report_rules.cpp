@@ -189,14 +189,14 @@ std::string ranks_text(const std::vector<int>& ranks) {
 
 std::string gbit(double gbps) { return fmt("%g Gbit/s", gbps); }
 
-// "rank 0 1658 of 42458 (3.9%)": the TCP segments rank K resent over the run.
+// " rank 0 1658 of 42458 (3.91%)": the TCP segments rank K resent over the run.
 std::string resent(int k, const RankLink& l) {
   return fmt(" rank %g %g of %g", k, double(l.tcp_retrans_segs), double(l.tcp_out_segs)) +
          fmt(" (%.2f%%)", 100.0 * double(l.tcp_retrans_segs) / double(l.tcp_out_segs));
 }
 
-// "; TCP segments resent over the run: rank 0 1658 of 42458 (3.9%), rank 1 0 of 47873
-// (0.0%)", or "" when a rank's counters are unknown.
+// "; TCP segments resent over the run (...): rank 0 1658 of 42458 (3.91%), rank 1 0 of 47873
+// (0.00%)", or "" when a rank's counters are unknown.
 std::string retransmissions(const std::vector<RankLink>& links) {
   std::string s = "; TCP segments resent over the run (in each rank's network namespace):";
   for (size_t k = 0; k < links.size(); ++k) {
