@@ -1,6 +1,7 @@
 #include "comm/net_facts.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/netlink.h>
 #include <linux/pkt_sched.h>
@@ -15,7 +16,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <optional>
 #include <sstream>
@@ -24,10 +24,18 @@
 namespace ringstep {
 namespace {
 
+// The file's text, "" when it cannot be read. With read(2), not a stream: sysfs answers
+// EINVAL for the speed of a link that is down, which libstdc++'s filebuf turns into an
+// exception whatever the stream's exception mask.
 std::string read_small_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) text.append(buf, size_t(n));
+  close(fd);
+  return n < 0 ? "" : text;
 }
 
 bool in_subnet(uint32_t addr, uint32_t net, int prefix_len) {
