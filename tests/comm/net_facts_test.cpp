@@ -111,25 +111,27 @@ class Dump {
     tcmsg tc{};
     tc.tcm_ifindex = ifindex;
     tc.tcm_parent = parent;
-    const size_t at = bytes_.size();
-    bytes_.resize(at + NLMSG_ALIGN(h.nlmsg_len));
-    std::memcpy(&bytes_[at], &h, sizeof h);
-    std::memcpy(&bytes_[at + NLMSG_HDRLEN], &tc, sizeof tc);
-    if (!attrs.empty())
-      std::memcpy(&bytes_[at + NLMSG_HDRLEN + NLMSG_ALIGN(sizeof tc)], attrs.data(), attrs.size());
+    append(bytes_, h);  // 16 bytes, aligned
+    append(bytes_, tc);
+    bytes_.resize(bytes_.size() + NLMSG_ALIGN(sizeof tc) - sizeof tc);
+    bytes_.insert(bytes_.end(), attrs.begin(), attrs.end());  // whole attributes: aligned
   }
   std::vector<TcEntry> parsed() const { return parse_tc_dump(bytes_.data(), bytes_.size()); }
 
  private:
+  template <class T>
+  static void append(std::vector<char>& out, const T& v) {
+    const char* p = reinterpret_cast<const char*>(&v);
+    out.insert(out.end(), p, p + sizeof v);
+  }
   static void attr(std::vector<char>& out, uint16_t type, std::vector<char> payload, bool nul) {
     if (nul) payload.push_back('\0');
     rtattr a{};
     a.rta_type = type;
     a.rta_len = uint16_t(RTA_LENGTH(payload.size()));
-    const size_t at = out.size();
-    out.resize(at + RTA_ALIGN(a.rta_len));
-    std::memcpy(&out[at], &a, sizeof a);
-    if (!payload.empty()) std::memcpy(&out[at + RTA_LENGTH(0)], payload.data(), payload.size());
+    append(out, a);
+    out.insert(out.end(), payload.begin(), payload.end());
+    out.insert(out.end(), RTA_ALIGN(a.rta_len) - a.rta_len, '\0');
   }
   std::vector<char> bytes_;
 };
