@@ -255,7 +255,7 @@ bool Rules::slow_link_by_rate(const std::string& seen) {
   return true;
 }
 
-// With 2 ranks and no rate to tell them apart: one rank resent a share of its TCP segments
+// With 2 ranks, where the rates name no rank: one rank resent a share of its TCP segments
 // and the other almost none. A host whose link is slower queues its own sends at its
 // interface and loses none, while what the other sends it is dropped on the way in and
 // resent: name the rank that did not resend.

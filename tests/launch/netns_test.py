@@ -229,8 +229,9 @@ def case_slowlink(tmp):
              f"eth0 capped at 1 and 0.1 Gbit/s:\n{json.dumps(network, indent=1)}")
     report = subprocess.run([RINGSTEP, "report", run_dir], env=ENV, capture_output=True,
                             text=True)
-    named = ("[slow_link] rank 1's link (eth0) is capped at 0.1 Gbit/s by its root qdisc, "
-             "the others' at 1 Gbit/s; measured busbw")
+    # By its cap when the bus bandwidth matches it (the usual case), else by the resends
+    # (a loaded machine can hold the exchange below half of even the slow link's rate).
+    named = "[slow_link] rank 1's link (eth0) "
     if report.returncode != 0 or named not in report.stdout:
         fail(f"report exited {report.returncode}, expected a line with '{named}':\n"
              f"{report.stdout}{report.stderr}")
