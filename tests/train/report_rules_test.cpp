@@ -300,7 +300,7 @@ TEST(ReportRules, SlowLinkFromLinkSpeedsAndForSeveralRanksOnOneHost) {
 
 // With no rate to tell the ranks apart (a veth's speed, no qdisc cap), the loss tells: the
 // rank that resent is the one sending into the slow link.
-TEST(ReportRules, SlowLinkFromRetransmissionsWhenNoRateIsKnown) {
+TEST(ReportRules, SlowLinkFromRetransmissionsWhereNoRateNamesARank) {
   const fs::path dir =
       SlowExchange("slow_loss", 0.012,
                    {Link("eth0", nullptr, 0, 42458, 1658), Link("eth0", nullptr, 0, 47873, 0)});
@@ -312,6 +312,16 @@ TEST(ReportRules, SlowLinkFromRetransmissionsWhenNoRateIsKnown) {
             "segments resent, against rank 1 0 of 47873 (0.00%); measured busbw 0.012 GB/s");
   EXPECT_NE(f->advice.find("a link into rank 1 slower than rank 0's"), std::string::npos);
   fs::remove_all(dir);
+  // Rates known but the exchange below half of even the slow one's (a starved CPU): the
+  // resends still name the rank, and no rate is claimed to explain the bandwidth.
+  const fs::path starved = SlowExchange(
+      "slow_starved", 0.004, {Link("eth0", 10, 1, 42458, 1658), Link("eth0", 10, 0.1, 47873, 0)});
+  const ReportData s = analyze(starved.string(), BigMachine());
+  f = SlowLink(s);
+  ASSERT_TRUE(f) << report_text(s);
+  EXPECT_EQ(f->evidence.rfind("rank 1's link (eth0) loses what rank 0 sends it", 0), 0u)
+      << f->evidence;
+  fs::remove_all(starved);
 }
 
 // No blame where the facts do not single out one link.
