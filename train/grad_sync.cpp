@@ -374,17 +374,14 @@ void GradSync::find_straggler(const std::vector<double>& busy, StepView& v) {
 std::vector<uint64_t> GradSync::gather(uint64_t value) {
   std::vector<uint64_t> all(world_);
   all[rank_] = value;
-  if (world_ == 1) return all;
-  wait_bookkeeping(
-      engine_->enqueue({"allgather_bytes", kGatherTag, world_ * sizeof(uint64_t), DType::f32},
-                       [&](Communicator& c) { c.allgather_bytes(all.data(), sizeof(uint64_t)); }));
+  gather_bytes(all.data(), sizeof(uint64_t));
   return all;
 }
 
 void GradSync::gather_bytes(void* buf, size_t bytes_per_rank) {
   if (world_ == 1) return;
   wait_bookkeeping(
-      engine_->enqueue({"allgather_bytes", kGatherBytesTag, world_ * bytes_per_rank, DType::f32},
+      engine_->enqueue({"allgather_bytes", kGatherTag, world_ * bytes_per_rank, DType::f32},
                        [&](Communicator& c) { c.allgather_bytes(buf, bytes_per_rank); }));
 }
 

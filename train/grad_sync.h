@@ -60,10 +60,9 @@ class GradSync final : public Reducer {
   // bookkeeping collectives have the fixed tags below, far above any bucket count.
   enum Tag : uint64_t {
     kStepViewTag = uint64_t{1} << 20,  // agree()
-    kGatherTag,                        // gather(), check_replicas()
+    kGatherTag,                        // gather(), gather_bytes(), check_replicas()
     kAnyRankTag,                       // any_rank(), first_rank()
     kAverageTag,                       // average()
-    kGatherBytesTag,                   // gather_bytes()
   };
   // sign_average() runs bucket b as op "sign_allreduce" with tag b (its own (op, tag) pairs).
 
