@@ -196,12 +196,14 @@ CpuCalibration cpu_calibration_from_json(const nlohmann::json& j, const std::str
 PlanDevice cpu_device(const CpuCalibration& c, DType dtype, int threads, int local_ranks);
 nlohmann::ordered_json to_json(const PlanDevice& d);
 
-// The cluster a finished run ran on: its world on one node, over its emulated link when it
-// had one (comm.link), else this host's shared memory (or BENCH_LINK when not null), with the
-// run's AllReduce algorithm.
-PlanCluster run_cluster(const Config& cfg, int world, const LinkModel* bench_link);
-
 struct ReportData;
+// The cluster a finished run R ran on, with the run's AllReduce algorithm: over its emulated
+// link when it had one (comm.link); else, when its network facts (summary.json's
+// `network`) give every rank an interface of known rate, one rank per host over the
+// slowest of those links (namespace hosts, a cluster); else its world on one node over this
+// host's shared memory (or BENCH_LINK when not null).
+PlanCluster run_cluster(const ReportData& r, const LinkModel* bench_link);
+
 // A finished run predicted from its config on this CPU (CPU, at the run's world and
 // threads) and compared with what it measured: the p50 step (1-bit Adam: the
 // compressed stage's) and its phases.

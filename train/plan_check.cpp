@@ -94,14 +94,29 @@ CpuCalibration cpu_calibration_from_json(const nlohmann::json& j, const std::str
   return c;
 }
 
-PlanCluster run_cluster(const Config& cfg, int world, const LinkModel* bench_link) {
+PlanCluster run_cluster(const ReportData& r, const LinkModel* bench_link) {
+  const Config& cfg = r.config;
   PlanCluster c;
-  c.ranks = world;
-  c.per_node = world;
+  c.ranks = r.world;
+  c.per_node = r.world;
   const LinkModel shm = bench_link ? *bench_link : table_link("shm");
   c.intra = cfg.comm.link.bandwidth_gbps > 0
                 ? emulated_link(cfg.comm.link.bandwidth_gbps, cfg.comm.link.latency_us, shm)
                 : shm;
+  const std::vector<RankLink>& links = r.comm.links;
+  const bool hosts = cfg.comm.link.bandwidth_gbps <= 0 && r.world > 1 &&
+                     int(links.size()) == r.world &&
+                     std::all_of(links.begin(), links.end(), [](const RankLink& l) {
+                       return !l.interface.empty() && std::isfinite(l.rate_gbps) && l.rate_gbps > 0;
+                     });
+  if (hosts) {  // a ring over the hosts runs at its slowest link
+    double slowest = links[0].rate_gbps;
+    for (const RankLink& l : links) slowest = std::min(slowest, l.rate_gbps);
+    c.per_node = 1;
+    c.intra = emulated_link(slowest, 0, shm);
+    c.intra.source = format_message("the slowest rank's interface, %g Gbit/s (network facts)",
+                                    slowest);
+  }
   c.inter = c.intra;
   c.fixed_algorithm = true;
   c.algorithm = AllreduceAlgorithm::ring;  // ring, or the transport's (MPI's is a ring too)
@@ -112,7 +127,7 @@ RunCheck check_run(const ReportData& r, const CpuCalibration& cpu, const LinkMod
   if (!r.has_config) throw InputError("the run directory has no config.yaml to predict from");
   RunCheck c;
   const PlanDevice dev = cpu_device(cpu, r.config.precision.dtype, std::max(1, r.threads), r.world);
-  c.predicted = predict(r.config, dev, run_cluster(r.config, r.world, bench_link));
+  c.predicted = predict(r.config, dev, run_cluster(r, bench_link));
   const auto& compressed = r.onebit_stages[size_t(OneBitStage::compressed)];
   const bool onebit = r.config.optimizer.name == OptimizerKind::onebit_adam && compressed.steps > 0;
   c.measured_step_ms = onebit ? compressed.step_ms_p50 : r.step_ms_p50;

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "models/gpt_spec.h"
 #include "train/grad_sync.h"
+#include "train/report.h"
 #include "train/step_record.h"
 
 namespace ringstep {
@@ -272,6 +273,30 @@ TEST(PlanModelParallel, LayoutsThatCannotHoldTheModelAreRefused) {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     }
   }
+}
+
+// A finished run's cluster: its emulated link when it had one; else, with network facts for
+// every rank, one rank per host over the slowest interface; else one node's shared memory.
+TEST(Plan, RunClusterTakesTheSlowestRecordedLink) {
+  ReportData r;
+  r.config = Tiny();
+  r.world = 2;
+  const LinkModel shm = table_link("shm");
+  EXPECT_EQ(run_cluster(r, nullptr).intra.busbw_gbs, shm.busbw_gbs);
+  EXPECT_EQ(run_cluster(r, nullptr).per_node, 2);
+  RankLink fast, slow;
+  fast.interface = slow.interface = "eth0";
+  fast.rate_gbps = 1, slow.rate_gbps = 0.1;
+  r.comm.links = {fast, slow};
+  const PlanCluster hosts = run_cluster(r, nullptr);
+  EXPECT_EQ(hosts.per_node, 1);
+  EXPECT_DOUBLE_EQ(hosts.intra.busbw_gbs, 0.1 / 8);
+  EXPECT_DOUBLE_EQ(hosts.inter.busbw_gbs, 0.1 / 8);
+  r.comm.links[1].rate_gbps = NAN;  // one rank's rate unknown: not a known network
+  EXPECT_EQ(run_cluster(r, nullptr).intra.busbw_gbs, shm.busbw_gbs);
+  r.comm.links[1].rate_gbps = 0.1;
+  r.config.comm.link.bandwidth_gbps = 10;  // emulation wins: the ranks paced themselves
+  EXPECT_DOUBLE_EQ(run_cluster(r, nullptr).intra.busbw_gbs, 10.0 / 8);
 }
 
 TEST(Plan, FitLinkRecoversAlphaAndBusbw) {
