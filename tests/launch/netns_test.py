@@ -30,6 +30,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import run_tools  # noqa: E402
+from run_tools import fail, losses, records  # noqa: E402
+
 SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 RINGSTEP, MPITESTS, CASE = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), sys.argv[3]
 NP = int(sys.argv[4]) if len(sys.argv) > 4 else 2
@@ -38,11 +42,6 @@ LAUNCHER = os.path.join(SRC, "launch", "ringstep-mpirun")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", RINGSTEP_BIN=RINGSTEP)
 SKIP = 77
-
-
-def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
 
 
 class Hosts:
@@ -85,25 +84,15 @@ class Hosts:
 
 
 def start(args):
-    return subprocess.Popen(args, env=ENV, cwd=SRC, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return run_tools.start(args, ENV, cwd=SRC)
 
 
 def finish(proc, timeout=120):
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        fail(f"still running after {timeout} s:\n{out}")
-    return proc.returncode, out
+    return run_tools.finish(proc, timeout)
 
 
 def run(args):
-    rc, out = finish(start(args))
-    if rc != 0:
-        fail(f"{' '.join(args)} exited {rc}:\n{out}")
-    return out
+    return run_tools.run(args, ENV, cwd=SRC, timeout=120)
 
 
 def train_args(run_dir, steps, extra=()):
@@ -122,21 +111,8 @@ def one_host(run_dir, steps, extra=()):
             *train_args(run_dir, steps, extra)]
 
 
-def records(run_dir):
-    with open(os.path.join(run_dir, "steps.jsonl")) as f:
-        return [json.loads(line) for line in f]  # a torn record fails here
-
-
-def losses(run_dir):
-    return [(r["step"], r["loss"]) for r in records(run_dir)]
-
-
 def wait_for_steps(run_dir, n, proc):
-    path = os.path.join(run_dir, "steps.jsonl")
-    while not os.path.exists(path) or sum(1 for _ in open(path)) < n:
-        if proc.poll() is not None:
-            fail(f"the run ended before step {n}:\n{proc.communicate()[0]}")
-        time.sleep(0.02)
+    run_tools.wait_for_steps(run_dir, n, proc, poll_s=0.02)
 
 
 def case_collectives(tmp):

@@ -12,23 +12,20 @@
 
 Usage: signals_test.py RINGSTEP MPIEXEC CASE
 """
-import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import run_tools  # noqa: E402
+from run_tools import fail, losses, wait_for_steps  # noqa: E402
 
 RINGSTEP, MPIEXEC, CASE = sys.argv[1:4]
 NP = 2
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-
-
-def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
 
 
 def command(run_dir, steps, extra=()):
@@ -43,20 +40,15 @@ def command(run_dir, steps, extra=()):
 
 
 def start(args):
-    return subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    return run_tools.start(args, ENV)
 
 
 def finish(proc, timeout=240):
-    out, _ = proc.communicate(timeout=timeout)
-    return proc.returncode, out
+    return run_tools.finish(proc, timeout)
 
 
 def run(args):
-    rc, out = finish(start(args))
-    if rc != 0:
-        fail(f"{' '.join(args)} exited {rc}:\n{out}")
-    return out
+    return run_tools.run(args, ENV)
 
 
 def ranks_of(mpirun):
@@ -72,26 +64,6 @@ def ranks_of(mpirun):
             return pids
         time.sleep(0.01)
     fail("mpirun did not start its ranks")
-
-
-def step_count(run_dir):
-    try:
-        with open(os.path.join(run_dir, "steps.jsonl")) as f:
-            return sum(1 for _ in f)
-    except OSError:
-        return 0
-
-
-def wait_for_steps(run_dir, n, proc):
-    while step_count(run_dir) < n:
-        if proc.poll() is not None:
-            fail(f"the run ended before step {n}:\n{proc.communicate()[0]}")
-        time.sleep(0.005)
-
-
-def losses(run_dir):
-    with open(os.path.join(run_dir, "steps.jsonl")) as f:
-        return [(r["step"], r["loss"]) for r in map(json.loads, f)]
 
 
 def case_sigterm(tmp):
