@@ -1,8 +1,10 @@
 // The worker stage of 1-bit Adam's exchange on one 16 MiB bucket (4 Mi elements cut into
-// small.yaml-sized tensors of 384 x 1536), one thread: the local momentum stored by its own
-// pass and then coded (encode(x, e)), against formed inside the coding pass (encode with a
-// SignInput, comm/sign_allreduce.h). docs/perf-log.md section 16.
+// small.yaml-sized tensors of 384 x 1536): the local momentum stored by its own pass and then
+// coded (encode(x, e)), against formed inside the coding pass (encode with a SignInput,
+// comm/sign_allreduce.h), on one thread; the fused pass and the decoding on 1 and 2 threads
+// (the argument; wall-clock time). docs/perf-log.md section 16.
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <cmath>
 #include <vector>
@@ -60,8 +62,29 @@ void BM_EncodeFormingMomentum(benchmark::State& state) {
   state.SetItemsProcessed(int64_t(state.iterations() * kCount));
 }
 
+// The fused pass, then the decoding of what it sent (a stand-in for the mean: the same
+// work), on state.range(0) threads.
+void BM_EncodeDecodeThreads(benchmark::State& state) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(int(state.range(0)));
+  Bucket k;
+  for (auto _ : state) {
+    const SignInput input = [&k](size_t b, size_t e, float* __restrict z) {
+      const float* __restrict m = k.m.data() + b;
+      const float* __restrict g = k.g.data() + b;
+#pragma omp simd
+      for (size_t i = 0; i < e - b; ++i) z[i] += kBeta1 * m[i] + (1.0f - kBeta1) * (g[i] * kScale);
+    };
+    benchmark::DoNotOptimize(k.call.encode(input, k.e.data()));
+    k.call.decode(k.m.data());
+  }
+  omp_set_num_threads(saved);
+  state.SetItemsProcessed(int64_t(state.iterations() * kCount));
+}
+
 BENCHMARK(BM_MomentumThenEncode)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EncodeFormingMomentum)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EncodeDecodeThreads)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace ringstep

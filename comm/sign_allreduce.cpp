@@ -1,5 +1,7 @@
 #include "comm/sign_allreduce.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -18,15 +20,24 @@ namespace {
 // order at the end: a fixed order, so results are reproducible, that the compiler can
 // vectorise.
 constexpr size_t kLanes = 16;
+static_assert(kScaleRun % kLanes == 0 && kScaleRun % kSignInputPiece == 0);
+// The worker stage codes, and decode unpacks, in blocks cut at multiples of this many
+// elements of the vector and at the server chunks' edges: a multiple of 8, so that every
+// block owns whole bytes of its message, and blocks can go to different threads.
+constexpr size_t kCodeBlock = 16384;
+static_assert(kCodeBlock % 8 == 0);
+// The least elements of a group of segments (Layout::Group): 256 KiB of floats.
+constexpr size_t kGroupElems = 65536;
+// Vectors shorter than this are coded on the calling thread alone (a team's start-up would
+// cost more than it saves).
+constexpr size_t kParallelMin = 2 * kCodeBlock;
 
-// The scale of the N values VALUE(0), ..., VALUE(n - 1) in the order the header fixes
-// (element i in double lane i mod kLanes, lanes combined in order, then the tail). VALUE is
-// called once per element, in increasing order, so it may also write (the worker stage
-// forms z with it).
+// The sum of one run of N values VALUE(0), ..., VALUE(n - 1) (|v| or v^2 by ABS) in the order
+// the header fixes (element i in double lane i mod kLanes, lanes combined in order, then
+// the tail). VALUE is called once per element, in increasing order, so it may also write
+// (the worker stage forms z with it).
 template <class Value>
-float scale_of(size_t n, OneBitScale kind, Value&& value) {
-  if (n == 0) return 0.0f;
-  const bool abs = kind == OneBitScale::mean_abs;
+double run_sum(size_t n, bool abs, Value&& value) {
   double lane[kLanes] = {};
   size_t i = 0;
 #if defined(__AVX2__)
@@ -57,7 +68,23 @@ float scale_of(size_t n, OneBitScale kind, Value&& value) {
     const double v = value(i);
     sum += abs ? std::fabs(v) : v * v;
   }
-  return abs ? float(sum / double(n)) : float(std::sqrt(sum / double(n)));
+  return sum;
+}
+
+// The scale of N values from the sum of their runs (in run order).
+float scale_from_sum(double sum, size_t n, OneBitScale kind) {
+  if (n == 0) return 0.0f;
+  return kind == OneBitScale::mean_abs ? float(sum / double(n)) : float(std::sqrt(sum / double(n)));
+}
+
+// The scale of VALUE(0), ..., VALUE(n - 1): runs of kScaleRun summed in order.
+template <class Value>
+float scale_of(size_t n, OneBitScale kind, Value&& value) {
+  double sum = 0;
+  for (size_t r = 0; r < n; r += kScaleRun)
+    sum += run_sum(std::min(kScaleRun, n - r), kind == OneBitScale::mean_abs,
+                   [&](size_t i) { return value(r + i); });
+  return scale_from_sum(sum, n, kind);
 }
 
 // Where everything lies. Message j (worker to server j, or server j to all) is [fp32 scale
@@ -71,6 +98,26 @@ struct Layout {
   std::vector<size_t> first_segment;  // per chunk: the first segment it touches
   size_t scale_bytes = 0;             // of one message's scale slots
   size_t block_bytes = 0;             // one message
+  struct Run {
+    size_t segment, begin, end;
+  };
+  std::vector<Run> runs;             // every segment's scale runs, in order
+  std::vector<size_t> segment_runs;  // segment k's runs: [segment_runs[k], segment_runs[k + 1])
+  struct CodeBlock {
+    int chunk;
+    size_t begin, end;
+  };
+  // Consecutive segments coded together: at least kGroupElems elements (or the rest), so that
+  // a group's z is summed and coded while it is in cache, and a team shares its work.
+  struct Group {
+    size_t segment_begin, segment_end;
+    size_t begin, end;  // elements
+    size_t block_begin, block_end;
+  };
+  std::vector<Group> groups;
+  // [0, count) cut at the groups' and chunks' edges and at multiples of kCodeBlock: inside a
+  // group, every block owns whole bytes of its message.
+  std::vector<CodeBlock> code_blocks;
 
   Layout(size_t n, const std::vector<size_t>& segment_ends, int nranks)
       : count(n), ends(segment_ends), chunk(sign_chunk_elems(n, nranks)) {
@@ -93,6 +140,31 @@ struct Layout {
     }
     scale_bytes = most * sizeof(float);
     block_bytes = (scale_bytes + chunk / 8 + 1) / 2 * 2;
+    segment_runs.push_back(0);
+    for (size_t k = 0, start = 0; k < ends.size(); start = ends[k++]) {
+      for (size_t b = start; b < ends[k]; b += kScaleRun)
+        runs.push_back({k, b, std::min(ends[k], b + kScaleRun)});
+      segment_runs.push_back(runs.size());
+    }
+    for (size_t k = 0; k < ends.size(); ++k) {
+      const size_t begin = k == 0 ? 0 : ends[k - 1];
+      if (groups.empty() || groups.back().end - groups.back().begin >= kGroupElems)
+        groups.push_back({k, k, begin, begin, code_blocks.size(), code_blocks.size()});
+      Group& g = groups.back();
+      g.segment_end = k + 1;
+      g.end = ends[k];
+    }
+    for (Group& g : groups) {
+      g.block_begin = code_blocks.size();
+      for (size_t b = g.begin; b < g.end;) {
+        const int j = int(b / chunk);
+        const size_t e =
+            std::min({g.end, size_t(j + 1) * chunk, (b / kCodeBlock + 1) * kCodeBlock});
+        code_blocks.push_back({j, b, e});
+        b = e;
+      }
+      g.block_end = code_blocks.size();
+    }
   }
   // The real (unpadded) elements of chunk j.
   Shard real(int j) const {
@@ -198,35 +270,90 @@ void code_and_keep_error(float* z, size_t n, float s, uint8_t* bits, size_t firs
   }
 }
 
-// Worker stage, segment by segment: E = input + E (that is z), formed piece by piece by
-// ADD (kSignInputPiece elements at a time, each summed for the segment's scale while it is
-// in cache), then E = z - s sign z with the code of each chunk's part of the segment, and
-// the scale, into message j of SEND.
+// Whether to open a team for L's vector: long enough, and threads to share it.
+bool in_parallel(const Layout& L) { return L.count >= kParallelMin && omp_get_max_threads() > 1; }
+
+// What the worker stage keeps between its passes (sized by the layout, reused).
+struct WorkerScratch {
+  std::vector<double> run_sums;         // per scale run
+  std::vector<float> scales;            // per segment
+  std::vector<double> sq_norm, sq_err;  // per code block
+
+  explicit WorkerScratch(const Layout& L)
+      : run_sums(L.runs.size()),
+        scales(L.ends.size()),
+        sq_norm(L.code_blocks.size()),
+        sq_err(L.code_blocks.size()) {}
+};
+
+// Worker stage, group of segments by group (Layout::Group), in three passes each split over
+// the calling thread's OpenMP team (its threads get whole runs, segments and code blocks, so
+// the bits do not depend on how many there are): E = input + E (that is z) formed run by
+// run by ADD (kSignInputPiece elements at a time, each summed for its run while it is in
+// cache); each segment's scale from its runs' sums, into the messages of the chunks it
+// touches; then, block by block, E = z - s sign z with the code into message j of SEND.
 template <class Add>
 void compress_worker(Add&& add, float* e, const Layout& L, int nranks, OneBitScale kind,
-                     std::byte* send, SignAllreduceStats& st) {
-  for (int j = 0; j < nranks; ++j) std::memset(send + size_t(j) * L.block_bytes, 0, L.block_bytes);
-  L.for_parts(0, L.count, [&](size_t k, size_t b, size_t end) {
-    float* eb = e + b;
-    const size_t n = end - b;
-    size_t formed = 0;  // eb[0, formed) holds z
-    const float scale = scale_of(n, kind, [&](size_t i) {
-      if (i == formed) {
-        formed = std::min(n, i + kSignInputPiece);
-        add(b + i, b + formed, eb + i);
+                     std::byte* send, WorkerScratch& w, SignAllreduceStats& st) {
+  const bool abs = kind == OneBitScale::mean_abs;
+#pragma omp parallel if (in_parallel(L))
+  {
+#pragma omp for schedule(static) nowait
+    for (int j = 0; j < nranks; ++j)
+      std::memset(send + size_t(j) * L.block_bytes, 0, L.block_bytes);
+    for (const Layout::Group& g : L.groups) {
+      const auto runs_end = std::ptrdiff_t(L.segment_runs[g.segment_end]);
+#pragma omp for schedule(static)
+      for (auto r = std::ptrdiff_t(L.segment_runs[g.segment_begin]); r < runs_end; ++r) {
+        const Layout::Run& run = L.runs[size_t(r)];
+        float* z = e + run.begin;
+        const size_t n = run.end - run.begin;
+        size_t formed = 0;  // z[0, formed) holds z
+        w.run_sums[size_t(r)] = run_sum(n, abs, [&](size_t i) {
+          if (i == formed) {
+            formed = std::min(n, i + kSignInputPiece);
+            add(run.begin + i, run.begin + formed, z + i);
+          }
+          return z[i];
+        });
       }
-      return eb[i];
-    });
-    for (int j = int(b / L.chunk); j < nranks && size_t(j) * L.chunk < end; ++j) {
-      const Shard c = L.real(j);
-      const size_t lo = std::max(b, c.offset), hi = std::min(end, c.offset + c.count);
-      if (lo >= hi) continue;
-      std::byte* block = send + size_t(j) * L.block_bytes;
-      std::memcpy(block + L.scale_offset(j, k), &scale, sizeof(float));
-      code_and_keep_error(e + lo, hi - lo, scale, reinterpret_cast<uint8_t*>(block + L.scale_bytes),
-                          lo - c.offset, st.worker_sq_norm, st.worker_sq_err);
+#pragma omp for schedule(static)
+      for (auto k = std::ptrdiff_t(g.segment_begin); k < std::ptrdiff_t(g.segment_end); ++k) {
+        double sum = 0;
+        for (size_t r = L.segment_runs[size_t(k)]; r < L.segment_runs[size_t(k) + 1]; ++r)
+          sum += w.run_sums[r];
+        const size_t start = k == 0 ? 0 : L.ends[size_t(k) - 1], end = L.ends[size_t(k)];
+        const float scale = scale_from_sum(sum, end - start, kind);
+        w.scales[size_t(k)] = scale;
+        for (int j = end > start ? int(start / L.chunk) : nranks;
+             j < nranks && size_t(j) * L.chunk < end; ++j) {
+          const Shard c = L.real(j);
+          if (std::max(start, c.offset) < std::min(end, c.offset + c.count))
+            std::memcpy(send + size_t(j) * L.block_bytes + L.scale_offset(j, size_t(k)), &scale,
+                        sizeof(float));
+        }
+      }
+      // nowait: the next group's passes touch other elements, and its blocks come after two
+      // more barriers (a byte shared with this group's last block is written in turn).
+#pragma omp for schedule(static) nowait
+      for (auto q = std::ptrdiff_t(g.block_begin); q < std::ptrdiff_t(g.block_end); ++q) {
+        const Layout::CodeBlock& cb = L.code_blocks[size_t(q)];
+        const size_t chunk_begin = size_t(cb.chunk) * L.chunk;
+        auto* bits =
+            reinterpret_cast<uint8_t*>(send + size_t(cb.chunk) * L.block_bytes + L.scale_bytes);
+        double norm = 0, err = 0;
+        L.for_parts(cb.begin, cb.end, [&](size_t k, size_t lo, size_t hi) {
+          code_and_keep_error(e + lo, hi - lo, w.scales[k], bits, lo - chunk_begin, norm, err);
+        });
+        w.sq_norm[size_t(q)] = norm;
+        w.sq_err[size_t(q)] = err;
+      }
     }
-  });
+  }
+  for (size_t q = 0; q < L.code_blocks.size(); ++q) {
+    st.worker_sq_norm += w.sq_norm[q];
+    st.worker_sq_err += w.sq_err[q];
+  }
 }
 
 // Server stage for this rank's chunk J: the mean of the decoded worker messages IN[q] (in
@@ -255,13 +382,13 @@ void serve_chunk(const std::byte* const* in, int nranks, const Layout& L, int j,
   });
 }
 
-// X's chunk J from its server's message BLOCK.
-void decode_chunk(const std::byte* block, const Layout& L, int j, float* x) {
-  const Shard c = L.real(j);
+// X's elements of code block CB from its server's message BLOCK.
+void decode_block(const std::byte* block, const Layout& L, const Layout::CodeBlock& cb, float* x) {
+  const size_t chunk_begin = size_t(cb.chunk) * L.chunk;
   const auto* bits = reinterpret_cast<const uint8_t*>(block + L.scale_bytes);
-  L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
-    apply_code<false>(bits, b - c.offset, end - c.offset, scale_at(block, L.scale_offset(j, k)),
-                      x + c.offset);
+  L.for_parts(cb.begin, cb.end, [&](size_t k, size_t b, size_t end) {
+    apply_code<false>(bits, b - chunk_begin, end - chunk_begin,
+                      scale_at(block, L.scale_offset(cb.chunk, k)), x + chunk_begin);
   });
 }
 
@@ -339,6 +466,7 @@ struct SignAllreduce::Impl {
   std::vector<std::byte> received;  // the other workers' messages for this rank's chunk
   std::vector<std::byte> gathered;  // every server's message (this rank's own included)
   std::vector<float> acc;           // the server stage's sum
+  WorkerScratch worker;
 
   Impl(size_t count, const std::vector<size_t>& ends, int n, int r, OneBitScale k)
       : layout(count, ends, n),
@@ -347,7 +475,8 @@ struct SignAllreduce::Impl {
         rank(r),
         send(size_t(n) * layout.block_bytes),
         received(send.size()),
-        gathered(send.size()) {}
+        gathered(send.size()),
+        worker(layout) {}
   std::byte* block(std::vector<std::byte>& v, int j) {
     return v.data() + size_t(j) * layout.block_bytes;
   }
@@ -376,7 +505,7 @@ template <class Add>
 SignAllreduceStats SignAllreduce::encode_input(Add&& add, float* worker_error) {
   Impl& m = *impl_;
   SignAllreduceStats st;
-  compress_worker(add, worker_error, m.layout, m.nranks, m.kind, m.send.data(), st);
+  compress_worker(add, worker_error, m.layout, m.nranks, m.kind, m.send.data(), m.worker, st);
   st.bytes_sent = 2 * size_t(m.nranks - 1) * m.layout.block_bytes;
   return st;
 }
@@ -397,7 +526,13 @@ void SignAllreduce::exchange(Communicator& comm, float* server_error, int tag) {
 
 void SignAllreduce::decode(float* x) const {
   Impl& m = *impl_;
-  for (int j = 0; j < m.nranks; ++j) decode_chunk(m.block(m.gathered, j), m.layout, j, x);
+  const Layout& L = m.layout;
+  const auto blocks = std::ptrdiff_t(L.code_blocks.size());
+#pragma omp parallel for schedule(static) if (in_parallel(L))
+  for (std::ptrdiff_t q = 0; q < blocks; ++q) {
+    const Layout::CodeBlock& cb = L.code_blocks[size_t(q)];
+    decode_block(m.block(m.gathered, cb.chunk), L, cb, x);
+  }
 }
 
 SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,

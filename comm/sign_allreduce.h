@@ -28,9 +28,14 @@
 //                         buffers were 0.
 //
 // Scales are over the real (unpadded) elements of what is compressed, summed in double in
-// a fixed order (element i in lane i mod 16, lanes combined in order, then the tail) and
-// rounded to fp32: mean_abs = mean |z|, the s minimising ||z - s sign z||_2;
-// l2 = ||z||_2 / sqrt(n), DeepSpeed's. A chunk with no real element has scale 0.
+// a fixed order and rounded to fp32: runs of kScaleRun elements from the first, each run's
+// element i in lane i mod 16, the lanes combined in order, then the run's tail, and the
+// runs' sums added in order; mean_abs = mean |z|, the s minimising ||z - s sign z||_2;
+// l2 = ||z||_2 / sqrt(n), DeepSpeed's. A chunk with no real element has scale 0. The runs
+// fix the order whatever the threads: the worker stage and the decoding split their work
+// over the calling thread's OpenMP team (whole runs, segments, messages and blocks of
+// elements to each thread) and give the same bits on any number of threads; the server
+// stage runs on the thread that calls exchange, alone.
 // Transport: our own point-to-point messages (two exchanges with every peer; no MPI
 // collective), each [fp32 scales of the segments chunk j touches, in segment order | packed
 // chunk j] moved as raw 16-bit words; every message is as long as the one with the most
@@ -53,6 +58,9 @@ namespace ringstep {
 // the unused high bits of the last byte 0; unpack_signs writes out[i] = -scale or +scale.
 void pack_signs(const float* x, size_t n, uint8_t* out);
 void unpack_signs(const uint8_t* in, size_t n, float scale, float* out);
+
+// Elements per run of a scale's sum (see above): 64 KiB of floats.
+constexpr size_t kScaleRun = 16384;
 
 // The fp32 scale of Z[0, n) (see above); 0 when n is 0.
 float sign_scale(const float* z, size_t n, OneBitScale kind);
@@ -84,7 +92,8 @@ SignAllreduceStats sign_allreduce(Communicator& comm, float* x, size_t count,
 // phases, with the server stage between them) on a comm thread. encode, exchange, decode in
 // that order give sign_allreduce's bits; the messages live in this object between the
 // stages, so one object serves one vector at a time, and calls of the same shape reuse it.
-// Adds elements [begin, end) of a vector into z[0, end - begin) (SignAllreduce::encode).
+// Adds elements [begin, end) of a vector into z[0, end - begin) (SignAllreduce::encode). It
+// may be called from several threads at once, for different pieces.
 using SignInput = std::function<void(size_t begin, size_t end, float* z)>;
 // Elements per piece of a SignInput call: 16 KiB of floats, well inside L1 and L2.
 constexpr size_t kSignInputPiece = 4096;
@@ -102,11 +111,12 @@ class SignAllreduce {
   // WORKER_ERROR = z - s_w sign(z). Returns the statistics (bytes_sent included).
   SignAllreduceStats encode(const float* x, float* worker_error);
   // The same with X formed as it is coded: INPUT(begin, end, z) adds X[begin, end) into
-  // z[0, end - begin) (WORKER_ERROR's elements there), for consecutive pieces of at most
-  // kSignInputPiece elements of each segment, in increasing order, each just before the
-  // piece is summed for its scale: the input is formed, summed and coded while it is in
-  // cache, and X never has to exist (1-bit Adam's local momentum). Same bits as
-  // encode(X, ...) when INPUT adds X's values.
+  // z[0, end - begin) (WORKER_ERROR's elements there), once for each piece of
+  // kSignInputPiece elements from a segment's start (the last one shorter), each just before
+  // the piece is summed for its scale: the input is formed, summed and coded while it is in
+  // cache, and X never has to exist (1-bit Adam's local momentum). A thread asks for its
+  // pieces in increasing order; the team's threads ask at once. Same bits as encode(X, ...)
+  // when INPUT adds X's values.
   SignAllreduceStats encode(const SignInput& input, float* worker_error);
   // The all-to-all, the server stage on this rank's chunk of SERVER_ERROR, the allgather.
   // Collective, after encode, with the same tag on every rank (0 <= tag < 32768).

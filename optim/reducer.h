@@ -66,8 +66,9 @@ class Reducer {
   using Part = std::function<void(size_t begin, size_t end)>;
   // INPUT, where given, forms the vector as it is coded, instead of reading BUF: INPUT(begin,
   // end, z) adds its elements [begin, end) into z[0, end - begin), in pieces of a part, each
-  // called once, in increasing order (comm/sign_allreduce.h's SignInput). BUF is then only
-  // the output. PREPARE still runs before each part.
+  // called once, possibly from several of the rank's compute threads at once
+  // (comm/sign_allreduce.h's SignInput). BUF is then only the output. PREPARE still runs
+  // before each part.
   using Input = std::function<void(size_t begin, size_t end, float* z)>;
   SignExchange sign_average(float* buf, float* worker_error, float* server_error, size_t n,
                             const SignCode& code, const Part& prepare, const Part& finish) {

@@ -1,8 +1,10 @@
 // comm/sign_allreduce.h on 2, 3 and 4 ranks: the transport equals the single-process
 // simulation of the same math (tests/comm/sign_allreduce_reference.h) bit for bit, in the
 // output and in both error buffers, call after call, for counts that need padding and
-// counts that do not; and it sends about one bit per element.
+// counts that do not, short and long; the same bits on 1 and 3 threads; and it sends about
+// one bit per element.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -59,6 +61,56 @@ TEST(SignAllreduce, MatchesSimulationBitForBit) {
         ExpectMatchesSimulation(count, split_segments({count / 3, count}, count, 24), kind, 12);
     }
   }
+}
+
+// Longer vectors: several scale runs per segment and several groups of segments (one edge
+// inside a byte), coded on a team of threads.
+TEST(SignAllreduce, LongVectorsMatchSimulationBitForBit) {
+  const size_t count = 9 * kScaleRun + 8 * size_t(world().size()) + 5;
+  for (OneBitScale kind : {OneBitScale::mean_abs, OneBitScale::l2}) {
+    SCOPED_TRACE(::testing::Message() << "scale " << name(kind));
+    ExpectMatchesSimulation(count, {}, kind, 3);
+    ExpectMatchesSimulation(
+        count, {101, 2 * kScaleRun + 7, 2 * kScaleRun + 8, 5 * kScaleRun + 3, count}, kind, 3);
+    ExpectMatchesSimulation(count, split_segments({count / 3, count}, count, 1000), kind, 3);
+  }
+}
+
+// The worker stage and the decoding split over the calling thread's OpenMP team; 1 and 3
+// threads give the same output, error buffers and statistics, bit for bit, call after call.
+TEST(SignAllreduce, SameBitsOnAnyNumberOfThreads) {
+  auto& comm = world();
+  const int saved = omp_get_max_threads();
+  const size_t count = 9 * kScaleRun + 8 * size_t(comm.size()) + 5;
+  const std::vector<size_t> ends = {101, 2 * kScaleRun + 7, 2 * kScaleRun + 8, 5 * kScaleRun + 3,
+                                    count};
+  struct Outcome {
+    std::vector<float> x, ew, es;
+    std::vector<double> sq;
+  };
+  std::vector<Outcome> runs;
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    Outcome o{std::vector<float>(count),
+              std::vector<float>(count, 0.0f),
+              std::vector<float>(count, 0.0f),
+              {}};
+    SignAllreduce call(count, ends, comm.size(), comm.rank(), OneBitScale::mean_abs);
+    for (int c = 0; c < 4; ++c) {
+      for (size_t i = 0; i < count; ++i) o.x[i] = testing::sign_input(comm.rank(), i, c);
+      const SignAllreduceStats st = call.encode(o.x.data(), o.ew.data());
+      call.exchange(comm, o.es.data(), kSignAllreduceTag);
+      call.decode(o.x.data());
+      o.sq.push_back(st.worker_sq_norm);
+      o.sq.push_back(st.worker_sq_err);
+    }
+    runs.push_back(std::move(o));
+  }
+  omp_set_num_threads(saved);
+  EXPECT_TRUE(same_bits(runs[0].x.data(), runs[1].x.data(), count));
+  EXPECT_TRUE(same_bits(runs[0].ew.data(), runs[1].ew.data(), count));
+  EXPECT_TRUE(same_bits(runs[0].es.data(), runs[1].es.data(), count));
+  EXPECT_EQ(runs[0].sq, runs[1].sq);
 }
 
 // Two phases of (N - 1) messages of [scale | count / 8N bytes]: 1/32 of an fp32 ring's

@@ -1,11 +1,16 @@
 // comm/sign_allreduce.h on one process: the packed sign code and its bit order, the scales,
-// and the error-feedback identity of the compressed mean (on the simulation that the
-// multi-rank test holds the real transport to, bit for bit).
+// the error-feedback identity of the compressed mean (on the simulation that the
+// multi-rank test holds the real transport to, bit for bit), and the worker stage's bits
+// with its input formed in pieces and on any number of threads.
 #include "comm/sign_allreduce.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "comm/sign_allreduce_reference.h"
@@ -124,34 +129,71 @@ TEST(SignAllreduceSim, ErrorFeedbackIdentityHoldsOverManyCalls) {
   }
 }
 
+// A vector with several scale runs per segment, segments across code blocks, server chunks
+// and groups (whose edge falls inside a byte), one of a single element and one shorter than a
+// byte.
+struct CodedVector {
+  size_t n = 9 * kScaleRun + 77;
+  std::vector<size_t> ends = {100, 103, 2 * kScaleRun + 5, 2 * kScaleRun + 6, 5 * kScaleRun + 3, n};
+  std::vector<float> x, e;
+  CodedVector() : x(n), e(n) {
+    for (size_t i = 0; i < n; ++i) {
+      x[i] = std::sin(0.37f * float(i)) * (1.0f + float(i % 13));
+      e[i] = 0.01f * std::cos(float(i));
+    }
+  }
+};
+
 // The worker stage with its input formed piece by piece (SignInput, 1-bit Adam's momentum)
 // codes what encode(x) codes, bit for bit: the same worker error and statistics, and the
-// input is asked for every element once, in increasing pieces of at most kSignInputPiece.
+// input is asked for every piece of kSignInputPiece elements from each segment's start once.
 TEST(SignAllreduceEncode, InputFormedInPiecesMatchesTheStoredInput) {
-  const size_t n = 3 * kSignInputPiece + 77;
-  const std::vector<size_t> ends = {100, 2 * kSignInputPiece + 5, n};
-  std::vector<float> x(n), e1(n), e2(n);
-  for (size_t i = 0; i < n; ++i) {
-    x[i] = std::sin(0.37f * float(i)) * (1.0f + float(i % 13));
-    e1[i] = e2[i] = 0.01f * std::cos(float(i));
-  }
-  SignAllreduce a(n, ends, 3, 1, OneBitScale::mean_abs), b(n, ends, 3, 1, OneBitScale::mean_abs);
-  const SignAllreduceStats sa = a.encode(x.data(), e1.data());
-  size_t next = 0;
-  bool ordered = true;
-  const SignAllreduceStats sb =
-      b.encode(SignInput([&](size_t lo, size_t hi, float* z) {
-                 ordered = ordered && lo == next && hi > lo && hi - lo <= kSignInputPiece;
-                 next = hi;
-                 for (size_t i = lo; i < hi; ++i) z[i - lo] += x[i];
-               }),
-               e2.data());
-  EXPECT_TRUE(ordered);
-  EXPECT_EQ(next, n);
-  EXPECT_EQ(e1, e2);
+  CodedVector v;
+  std::vector<float> e2 = v.e;
+  SignAllreduce a(v.n, v.ends, 3, 1, OneBitScale::mean_abs);
+  SignAllreduce b(v.n, v.ends, 3, 1, OneBitScale::mean_abs);
+  const SignAllreduceStats sa = a.encode(v.x.data(), v.e.data());
+  std::mutex mu;
+  std::vector<std::pair<size_t, size_t>> pieces;
+  const SignAllreduceStats sb = b.encode(SignInput([&](size_t lo, size_t hi, float* z) {
+                                           for (size_t i = lo; i < hi; ++i) z[i - lo] += v.x[i];
+                                           std::lock_guard<std::mutex> lock(mu);
+                                           pieces.push_back({lo, hi});
+                                         }),
+                                         e2.data());
+  std::sort(pieces.begin(), pieces.end());
+  std::vector<std::pair<size_t, size_t>> expected;
+  for (size_t k = 0, start = 0; k < v.ends.size(); start = v.ends[k++])
+    for (size_t lo = start; lo < v.ends[k]; lo += kSignInputPiece)
+      expected.push_back({lo, std::min(v.ends[k], lo + kSignInputPiece)});
+  EXPECT_EQ(pieces, expected);
+  EXPECT_EQ(v.e, e2);
   EXPECT_EQ(sa.worker_sq_err, sb.worker_sq_err);
   EXPECT_EQ(sa.worker_sq_norm, sb.worker_sq_norm);
   EXPECT_EQ(sa.bytes_sent, sb.bytes_sent);
+}
+
+// The worker stage splits its passes over the calling thread's OpenMP team: 1, 2 and 3
+// threads leave the same worker error and statistics, bit for bit.
+TEST(SignAllreduceEncode, SameBitsOnAnyNumberOfThreads) {
+  const int saved = omp_get_max_threads();
+  std::vector<float> first;
+  SignAllreduceStats first_stats;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    CodedVector v;
+    SignAllreduce call(v.n, v.ends, 3, 1, OneBitScale::l2);
+    const SignAllreduceStats st = call.encode(v.x.data(), v.e.data());
+    if (first.empty()) {
+      first = v.e;
+      first_stats = st;
+      continue;
+    }
+    EXPECT_EQ(v.e, first) << threads << " threads";
+    EXPECT_EQ(st.worker_sq_norm, first_stats.worker_sq_norm) << threads << " threads";
+    EXPECT_EQ(st.worker_sq_err, first_stats.worker_sq_err) << threads << " threads";
+  }
+  omp_set_num_threads(saved);
 }
 
 }  // namespace
