@@ -9,6 +9,11 @@
 #include <vector>
 
 namespace ringstep {
+namespace {
+
+constexpr size_t kChoiceCosts = 6;  // CompressChoice's numbers, from_step last
+
+}  // namespace
 
 OneBitAdam::OneBitAdam(const Registry& reg, const AdamWParams& hp, const OneBitParams& ob,
                        Device device)
@@ -18,9 +23,11 @@ OneBitAdam::OneBitAdam(const Registry& reg, const AdamWParams& hp, const OneBitP
       ob_(ob),
       worker_error_(reg.total_numel()),
       server_error_(reg.total_numel()),
-      choice_(1) {
+      choice_(1),
+      choice_costs_(kChoiceCosts) {
   reset_errors();
   choice_.zero();
+  choice_costs_.zero();
   if (ob_.under_backward && ob_.may_skip) {
     kept_worker_ = FlatBuffer(reg.total_numel());
     kept_server_ = FlatBuffer(reg.total_numel());
@@ -42,23 +49,6 @@ std::optional<OneBitStage> OneBitAdam::stage(int world) const {
   const bool compress = ob_.compress == OneBitCompress::always ||
                         (ob_.compress == OneBitCompress::auto_ && compressing().value_or(true));
   return after_warmup && compress ? OneBitStage::compressed : OneBitStage::warmup;
-}
-
-double CompressChoice::compressed_exposed_ms() const {
-  const double in_flight = sent_bytes > 0 ? comm_ms * sign_bytes / sent_bytes : 0.0;
-  return std::max(0.0, in_flight - (comm_ms - exposed_ms));
-}
-
-std::string CompressChoice::describe(int64_t from_step) const {
-  char line[400];
-  std::snprintf(line, sizeof line,
-                "1-bit Adam (compress: auto): %s from step %lld: the fp32 AllReduce left %.1f ms "
-                "a step exposed; coding costs %.1f ms and the 1-bit exchange (1/%.0f of the "
-                "bytes) would leave %.1f ms exposed",
-                compress() ? "compressing" : "not compressing (AdamW goes on)",
-                static_cast<long long>(from_step), exposed_ms, code_ms,
-                sign_bytes > 0 ? sent_bytes / sign_bytes : 0.0, compressed_exposed_ms());
-  return line;
 }
 
 std::string OneBitAdam::take_note() { return std::exchange(note_, ""); }
@@ -83,22 +73,33 @@ void OneBitAdam::observe_warmup(Reducer& reducer) {
       float(median(&ExchangeCost::exposed_ms)), float(median(&ExchangeCost::comm_ms)),
       float(median(&ExchangeCost::sent_bytes)), float(code.sent_bytes), float(code.code_ms)};
   reducer.average(agreed, 5);
-  const CompressChoice choice{agreed[0], agreed[1], agreed[2], agreed[3], agreed[4]};
+  const CompressChoice choice{agreed[0], agreed[1], agreed[2],
+                              agreed[3], agreed[4], adam_.step_count() + 1};
   choice_.data()[0] = choice.compress() ? 1.0f : -1.0f;
-  note_ = choice.describe(adam_.step_count() + 1);
+  float* costs = choice_costs_.data();
+  for (int i = 0; i < 5; ++i) costs[i] = agreed[i];
+  costs[5] = float(choice.from_step);
+  note_ = choice.describe();
+}
+
+std::optional<CompressChoice> OneBitAdam::compress_choice() const {
+  const float* c = choice_costs_.data();
+  if (!compressing() || c[5] == 0.0f) return std::nullopt;
+  return CompressChoice{c[0], c[1], c[2], c[3], c[4], int64_t(c[5])};
 }
 
 std::vector<StateTensor> OneBitAdam::state_tensors() {
   std::vector<StateTensor> out = adam_.state_tensors();
   out.push_back({"onebit_choice", &choice_, false, true});
+  out.push_back({"onebit_choice_costs", &choice_costs_, false, true});
   out.push_back({"onebit", &worker_error_, true});
   out.push_back({"onebit", &server_error_, true});
   return out;
 }
 
 size_t OneBitAdam::state_bytes() const {
-  return adam_.state_bytes() + choice_.bytes() + worker_error_.bytes() + server_error_.bytes() +
-         kept_worker_.bytes() + kept_server_.bytes();
+  return adam_.state_bytes() + choice_.bytes() + choice_costs_.bytes() + worker_error_.bytes() +
+         server_error_.bytes() + kept_worker_.bytes() + kept_server_.bytes();
 }
 
 void OneBitAdam::adopt_world_change(const std::vector<std::vector<FlatBuffer>>& saved, int, int) {

@@ -22,6 +22,7 @@
 #include "core/config.h"
 #include "core/registry.h"
 #include "optim/adamw.h"
+#include "optim/compress_choice.h"
 #include "optim/optimizer.h"
 #include "optim/reducer.h"
 
@@ -39,19 +40,6 @@ struct OneBitParams {
   bool may_skip = false;
   // always; never (AdamW throughout); auto: decided at the end of the warm-up (decide_compress).
   OneBitCompress compress = OneBitCompress::always;
-};
-
-// compress: auto's decision from the warm-up's measurements, agreed over ranks (docs/optim.md,
-// "When compressing pays"): compressing removes the fp32 AllReduce's exposed time and adds
-// the coding's time plus what of the 1-bit exchange would not fit where the fp32 one was
-// hidden (its time in flight scaled by the bytes).
-struct CompressChoice {
-  double exposed_ms = 0, comm_ms = 0;  // the fp32 AllReduce's, median of the warm-up steps
-  double sent_bytes = 0, sign_bytes = 0;
-  double code_ms = 0;
-  double compressed_exposed_ms() const;
-  bool compress() const { return exposed_ms > code_ms + compressed_exposed_ms(); }
-  std::string describe(int64_t from_step) const;  // the log line
 };
 
 class OneBitAdam final : public Optimizer {
@@ -97,6 +85,9 @@ class OneBitAdam final : public Optimizer {
 
   // compress: auto's decision, once made (nullopt before, and for always and never).
   std::optional<bool> compressing() const;
+  // The same decision with the numbers it compared (nullopt where compressing() is, and
+  // after a resume from a checkpoint written before they were saved).
+  std::optional<CompressChoice> compress_choice() const override;
 
   AdamW& adam() { return adam_; }
   const AdamW& adam() const { return adam_; }
@@ -128,9 +119,10 @@ class OneBitAdam final : public Optimizer {
   // not written until the mean is decoded into it).
   FlatBuffer kept_worker_, kept_server_;
   bool in_flight_ = false;  // an exchange begun under backward awaits step() or skip()
-  // compress: auto: the decision (one float: 0 undecided, 1 compress, -1 not), checkpointed,
-  // and the warm-up's measurements since this process started.
-  FlatBuffer choice_;
+  // compress: auto: the decision (one float: 0 undecided, 1 compress, -1 not) and the
+  // numbers it compared (CompressChoice's, in its order; from_step 0: not saved), both
+  // checkpointed, and the warm-up's measurements since this process started.
+  FlatBuffer choice_, choice_costs_;
   std::vector<ExchangeCost> warmup_costs_;
   std::string note_;
 };

@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "core/enum_names.h"
 #include "core/registry.h"
+#include "optim/compress_choice.h"
 #include "optim/reducer.h"
 
 namespace ringstep {
@@ -80,6 +81,9 @@ class Optimizer {
   // A line for the run's log about a choice the optimizer made in the last step (1-bit
   // Adam's compress: auto), once; "" when there is none. The same on every rank.
   virtual std::string take_note() { return ""; }
+  // compress: auto's decision once made, with the numbers it compared, for the run's
+  // summary; nullopt for an optimizer without one. The same on every rank.
+  virtual std::optional<CompressChoice> compress_choice() const { return std::nullopt; }
 };
 
 // The optimizer CFG.optimizer names, its state on CFG.run.device, laid out by REG (which

@@ -349,6 +349,7 @@ ReportData analyze(const std::string& run_dir, const MachineInfo& machine) {
   compute_ranks(steady, r);
   compute_loss_and_memory(recs, summary, r);
   compute_onebit(recs, r);
+  if (summary) r.compress_choice = summary->compress_choice;
 
   if (machine.ram_bytes > 0) r.memory_limit_bytes = machine.ram_bytes / r.world;
   if (r.has_config && r.config.run.memory_limit_mb > 0)

@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,7 @@ struct ReportData {
   bool onebit = false;                              // records carry a 1-bit Adam stage
   std::array<OneBitStageStats, 2> onebit_stages{};  // indexed by OneBitStage
   double onebit_volume_ratio = 0;  // compressed / warm-up sent bytes; NaN if a stage is missing
+  std::optional<CompressChoice> compress_choice;  // summary.json's compress: auto decision
   bool has_config = false;
   Config config;  // RUN_DIR/config.yaml when has_config
   MachineInfo machine;

@@ -10,6 +10,7 @@
 
 #include "core/threads.h"
 #include "train/report.h"
+#include "train/run_summary.h"
 
 namespace ringstep {
 // 1234 -> "1.2k", 10.75e6 -> "10.75M".
@@ -204,6 +205,7 @@ void print_onebit(const ReportData& r, Text& t) {
   }
   if (std::isfinite(r.onebit_volume_ratio))
     t.line("             compressed / warm-up bytes sent: 1/%.1f", 1 / r.onebit_volume_ratio);
+  if (r.compress_choice) t.line("             %s", r.compress_choice->describe().c_str());
 }
 
 void print_loss_memory_ranks(const ReportData& r, Text& t) {
@@ -407,6 +409,7 @@ std::string report_json(const ReportData& r) {
                                   {"compression_error_p50", known(s.compression_error_p50)}};
     }
     ob["volume_ratio"] = known(r.onebit_volume_ratio);
+    ob["compress_choice"] = r.compress_choice ? to_json(*r.compress_choice) : ojson(nullptr);
     j["onebit"] = ob;
   }
   j["loss"] = {{"final", r.final_loss},

@@ -316,6 +316,7 @@ RunSummary summarize(const Config& cfg, const RunFacts& f, const RunTotals& tota
   s.checkpoint_bytes = totals.checkpoint_bytes;
   if (!totals.checkpoint_ms.empty()) s.checkpoint_ms_p50 = percentile(totals.checkpoint_ms, 0.5);
   s.network = end.network;
+  s.compress_choice = end.compress_choice;
   return s;
 }
 

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/net_facts.h"
 #include "core/config.h"
+#include "optim/compress_choice.h"
 #include "train/data.h"
 #include "train/step_record.h"
 
@@ -61,6 +63,8 @@ struct RunEnd {
   double loop_s = 0;              // wall time of the loop, evaluations included
   double peak_gflops_end = 0;     // measured again after the run: information only
   std::vector<NetFacts> network;  // every rank's, end snapshots included; empty with one rank
+  // The optimizer's compress: auto decision, if it made one.
+  std::optional<CompressChoice> compress_choice;
 };
 
 // The model in one line, as the run header and the dry run show it: "GPT 12 layers, d_model

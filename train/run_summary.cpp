@@ -35,6 +35,23 @@ void fields(Io& io, NetFacts& f) {
   io("end", f.end, Any{});
 }
 
+// The numbers are written as they are (shortest round trip), so that the decision read back
+// is the one made; `compressed` and `compressed_exposed_ms` are derived from them, written
+// for the reader of the file and not read back.
+template <class Io>
+void fields(Io& io, CompressChoice& c) {
+  bool compressed = c.compress();
+  double predicted = c.compressed_exposed_ms();
+  io("compressed", compressed, Any{});
+  io("from_step", c.from_step, kSteps);
+  io("fp32_exposed_ms", c.exposed_ms, Num{});
+  io("fp32_comm_ms", c.comm_ms, Num{});
+  io("fp32_sent_bytes", c.sent_bytes, Num{});
+  io("onebit_sent_bytes", c.sign_bytes, Num{});
+  io("code_ms", c.code_ms, Num{});
+  io("compressed_exposed_ms", predicted, kMs);
+}
+
 template <class Io>
 void fields(Io& io, RunSummary& s) {
   io("format_version", s.format_version, Int{.lo = 2, .hi = kSummaryFormat});
@@ -77,9 +94,11 @@ void fields(Io& io, RunSummary& s) {
   io("tokens_per_s_wall", s.tokens_per_s_wall, Num{.decimals = 1});
   io("peak_rss_bytes", s.peak_rss_bytes, Int{.added_later = true});
   io("network", s.network, Any{.added_later = true});
+  io("compress_choice", s.compress_choice, Any{.none = NoneAs::null, .added_later = true});
 }
 
 ojson to_json(const RunSummary& s) { return encode(s, Any{}); }
+ojson to_json(const CompressChoice& c) { return encode(c, Any{}); }
 
 std::string summary_text(const RunSummary& s) { return dump_json(to_json(s), 2) + "\n"; }
 

@@ -13,6 +13,7 @@
 #include "comm/net_facts.h"
 #include "core/config.h"
 #include "core/dtype.h"
+#include "optim/compress_choice.h"
 
 namespace ringstep {
 
@@ -57,6 +58,8 @@ struct RunSummary {
   // Every rank's network facts in rank order (comm/net_facts.h); empty with one rank, and in
   // a summary written before they were recorded.
   std::vector<NetFacts> network;
+  // compress: auto's decision and the numbers it compared (null: no such decision was made).
+  std::optional<CompressChoice> compress_choice;
 };
 
 // summary.json's text: pretty-printed, numbers rounded as docs/logs.md says.
@@ -66,6 +69,9 @@ nlohmann::ordered_json to_json(const RunSummary& s);
 // field for a missing field, a wrong type, a value out of range, an unknown key or a
 // format_version newer than kSummaryFormat.
 RunSummary summary_from_json(const nlohmann::json& j, const std::string& where);
+
+// summary.json's `compress_choice` object (its one list of fields), for the report's JSON.
+nlohmann::ordered_json to_json(const CompressChoice& c);
 
 // The names of summary.json's fields, in the order they are written (docs/logs.md's table).
 std::vector<std::string> summary_field_names();

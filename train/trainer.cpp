@@ -541,6 +541,7 @@ RunEnd Trainer::run_end(const TrainOutcome& out, std::string stop_reason) const 
   end.loop_s = std::chrono::duration<double>(SteadyClock::now() - loop_start_).count();
   end.final_loss = out.losses.empty() ? totals_.last_loss : out.losses.back();
   end.optimizer_steps = state_.optimizer->step_count();
+  end.compress_choice = state_.optimizer->compress_choice();
   end.activations_peak_bytes = arena_.peak_bytes();
   return end;
 }

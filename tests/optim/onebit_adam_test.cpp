@@ -215,14 +215,14 @@ TEST(OneBitAdam, CompressChoiceWeighsExposedTimeAgainstCodingAndTheSmallerExchan
   c = {3100.0, 3200.0, 3200.0, 100.0, 40.0};
   EXPECT_EQ(c.compressed_exposed_ms(), 0.0) << "100 ms fit in the 100 ms window";
   EXPECT_TRUE(c.compress());
-  c = {3190.0, 3200.0, 3200.0, 100.0, 40.0};
+  c = {3190.0, 3200.0, 3200.0, 100.0, 40.0, 5};
   EXPECT_EQ(c.compressed_exposed_ms(), 90.0);
   EXPECT_TRUE(c.compress());
-  EXPECT_NE(c.describe(5).find("compressing from step 5: the fp32 AllReduce left 3190.0 ms a "
-                               "step exposed; coding costs 40.0 ms and the 1-bit exchange (1/32 "
-                               "of the bytes) would leave 90.0 ms exposed"),
+  EXPECT_NE(c.describe().find("compressing from step 5: the fp32 AllReduce left 3190.0 ms a "
+                              "step exposed; coding costs 40.0 ms and the 1-bit exchange (1/32 "
+                              "of the bytes) would leave 90.0 ms exposed"),
             std::string::npos)
-      << c.describe(5);
+      << c.describe();
 }
 
 // compress: auto decides once, at the last warm-up step, from that step's measurements
@@ -246,6 +246,16 @@ TEST(OneBitAdam, CompressAutoDecidesAtTheEndOfTheWarmUpAndKeepsTheChoice) {
     EXPECT_EQ(red.measured, 1);
     ASSERT_TRUE(ob.compressing().has_value());
     EXPECT_EQ(*ob.compressing(), exposed > 5.0);
+    // The numbers it compared, for the summary: the reducer's, the decision the same.
+    const std::optional<CompressChoice> choice = ob.compress_choice();
+    ASSERT_TRUE(choice.has_value());
+    EXPECT_EQ(choice->exposed_ms, exposed);
+    EXPECT_EQ(choice->comm_ms, 60.0);
+    EXPECT_EQ(choice->sent_bytes, 3200.0);
+    EXPECT_EQ(choice->sign_bytes, 100.0);
+    EXPECT_EQ(choice->code_ms, 5.0);
+    EXPECT_EQ(choice->from_step, 5);
+    EXPECT_EQ(choice->compress(), *ob.compressing());
     EXPECT_EQ(ob.stage(2), exposed > 5.0 ? OneBitStage::compressed : OneBitStage::warmup);
     ob.step(p, g, 1e-2, 1.0, red);
     EXPECT_EQ(ob.take_note(), "") << "one line";
@@ -254,9 +264,16 @@ TEST(OneBitAdam, CompressAutoDecidesAtTheEndOfTheWarmUpAndKeepsTheChoice) {
     EXPECT_TRUE(st[2].optional && !st[2].per_rank);
     OneBitAdam resumed(f.reg, f.hp,
                        {4, OneBitScale::mean_abs, 0, false, false, OneBitCompress::auto_});
+    ASSERT_EQ(st[3].name, "onebit_choice_costs");
+    EXPECT_TRUE(st[3].optional && !st[3].per_rank);
     resumed.set_step_count(ob.step_count());
+    EXPECT_FALSE(resumed.compress_choice().has_value());
     resumed.state_tensors()[2].buffer->data()[0] = st[2].buffer->data()[0];
     EXPECT_EQ(resumed.stage(2), ob.stage(2)) << "the choice survives a checkpoint";
+    EXPECT_FALSE(resumed.compress_choice().has_value()) << "a checkpoint without the numbers";
+    copy_buffer(*resumed.state_tensors()[3].buffer, *st[3].buffer);
+    ASSERT_TRUE(resumed.compress_choice().has_value());
+    EXPECT_EQ(resumed.compress_choice()->describe(), choice->describe());
   }
   OneBitAdam never(f.reg, f.hp, {1, OneBitScale::mean_abs, 0, false, false, OneBitCompress::never});
   never.set_step_count(10);

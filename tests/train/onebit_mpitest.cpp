@@ -14,12 +14,14 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/mpi_communicator.h"
 #include "core/files.h"
 #include "models/gpt.h"
 #include "mpi/mpitest_main.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_run.h"
 #include "train/data.h"
+#include "train/report.h"
 #include "train/small_run.h"
 #include "train/trainer.h"
 
@@ -186,10 +188,58 @@ TEST_P(OneBitFp16, SkipInTheCompressionStageLeavesEveryBufferUntouched) {
   EXPECT_GT(applied, 0) << "no compressed step was applied";
 }
 
+// summary.json's compress_choice against the run's own records, and `ringstep report` on
+// that directory: the verdict is the stage of every step after the warm-up and follows
+// from the numbers written, the bytes compared are the bytes the two stages sent, and the
+// report shows the log's line and the summary's object.
+void ExpectSummaryAndReportShowTheChoice(const fs::path& dir, int freeze_step) {
+  nlohmann::json summary;
+  std::ifstream(dir / "summary.json") >> summary;
+  const nlohmann::json& c = summary["compress_choice"];
+  ASSERT_TRUE(c.is_object()) << summary.dump(2);
+  EXPECT_EQ(c["from_step"], freeze_step + 1);
+  const double exposed = c["fp32_exposed_ms"], code = c["code_ms"];
+  const double predicted = c["compressed_exposed_ms"];
+  EXPECT_GE(code, 0.0);
+  EXPECT_EQ(c["compressed"].get<bool>(), exposed > code + predicted) << c;
+  const auto recs = records(dir);
+  const std::string chosen = c["compressed"].get<bool>() ? "compressed" : "warmup";
+  for (const auto& rec : recs) {
+    const int step = rec["step"];
+    EXPECT_EQ(rec["stage"], step <= freeze_step ? "warmup" : chosen) << step;
+    if (step <= freeze_step) EXPECT_EQ(rec["comm_sent_bytes"], c["fp32_sent_bytes"]) << step;
+    if (step > freeze_step && chosen == "compressed")
+      EXPECT_EQ(rec["comm_sent_bytes"], c["onebit_sent_bytes"]) << step;
+  }
+  const ReportData r = analyze(dir.string());
+  ASSERT_TRUE(r.compress_choice.has_value());
+  const std::string text = report_text(r);
+  EXPECT_NE(text.find(r.compress_choice->describe()), std::string::npos) << text;
+  EXPECT_EQ(nlohmann::json::parse(report_json(r))["onebit"]["compress_choice"], c);
+}
+
+// compress: auto at a slow emulated link (0.02 Gb/s: the fp32 AllReduce of this model
+// takes about 45 ms a step, the 1-bit exchange 1/32 of it) compresses, and says so with
+// the numbers it compared in the summary and the report.
+TEST(OneBitAuto, ASlowLinkCompressesAndTheSummarySaysWhy) {
+  const fs::path dir = fresh_dir("auto_slow");
+  Config cfg = OneBitRun(dir.string(), 7, 4);
+  cfg.optimizer.onebit.compress = OneBitCompress::auto_;
+  cfg.comm.link.bandwidth_gbps = 0.02;
+  MpiCommunicator slow(MPI_COMM_WORLD, cfg.comm.link);
+  train(cfg, &slow);
+  if (world().rank() != 0) return;
+  nlohmann::json summary;
+  std::ifstream(dir / "summary.json") >> summary;
+  EXPECT_EQ(summary["compress_choice"]["compressed"], true) << summary.dump(2);
+  ExpectSummaryAndReportShowTheChoice(dir, 4);
+}
+
 // compress: auto decides from what this machine measured, so the test does not know which
 // way it goes; it holds that every rank goes the same way (replicas checked every step),
 // that every step after the warm-up has the chosen stage, and that a resume after the
-// decision keeps it (the choice is checkpointed) rather than measuring again.
+// decision keeps it (the choice and its numbers are checkpointed) rather than measuring
+// again; the summary and the report show the choice (a fast link: either way).
 TEST(OneBitAuto, EveryRankMakesOneChoiceAndAResumeKeepsIt) {
   const fs::path dir = fresh_dir("auto");
   Config cfg = OneBitRun(dir.string(), 8, 4);
@@ -208,6 +258,7 @@ TEST(OneBitAuto, EveryRankMakesOneChoiceAndAResumeKeepsIt) {
     const int step = rec["step"];
     EXPECT_EQ(rec["stage"], step <= 4 ? "warmup" : chosen) << step;
   }
+  ExpectSummaryAndReportShowTheChoice(dir, 4);
 }
 
 // compress: never is AdamW on every step, bit for bit: the warm-up and what follows it.

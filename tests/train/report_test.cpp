@@ -312,6 +312,50 @@ TEST(Report, JsonCarriesTheSameNumbers) {
   EXPECT_TRUE(h["machine"]["mem_bandwidth_gbs"].is_null());
 }
 
+// summary.json's compress: auto decision reaches the report as written: the log's line in
+// the text, the summary's object (the numbers it compared) in the JSON; null without one.
+TEST(Report, ShowsTheSummarysCompressChoice) {
+  const fs::path dir = CopyFixture("healthy", "compress_choice");
+  std::vector<json> recs = ReadSteps(dir);
+  {
+    std::ofstream out(dir / "steps.jsonl", std::ios::trunc);
+    for (json& rec : recs) {
+      rec["stage"] = "warmup";  // a 1-bit Adam run that chose not to compress
+      out << rec.dump() << "\n";
+    }
+  }
+  json summary;
+  std::ifstream(dir / "summary.json") >> summary;
+  const CompressChoice choice{1.5, 60.25, 3200, 100, 5.125, 5};
+  summary["compress_choice"] = to_json(choice);
+  std::ofstream(dir / "summary.json", std::ios::trunc) << summary.dump(2);
+  const ReportData r = analyze(dir.string(), BigMachine());
+  ASSERT_TRUE(r.compress_choice.has_value());
+  EXPECT_FALSE(r.compress_choice->compress());
+  const std::string text = report_text(r);
+  EXPECT_NE(text.find(choice.describe()), std::string::npos) << text;
+  EXPECT_NE(
+      text.find("not compressing (AdamW goes on) from step 5: the fp32 AllReduce left 1.5 ms"),
+      std::string::npos)
+      << text;
+  const json j = json::parse(report_json(r))["onebit"]["compress_choice"];
+  EXPECT_EQ(j["compressed"], false);
+  EXPECT_EQ(j["from_step"], 5);
+  EXPECT_EQ(j["fp32_exposed_ms"], 1.5);
+  EXPECT_EQ(j["fp32_comm_ms"], 60.25);
+  EXPECT_EQ(j["fp32_sent_bytes"], 3200);
+  EXPECT_EQ(j["onebit_sent_bytes"], 100);
+  EXPECT_EQ(j["code_ms"], 5.125);
+  EXPECT_EQ(j["compressed_exposed_ms"], 0);
+  summary.erase("compress_choice");
+  std::ofstream(dir / "summary.json", std::ios::trunc) << summary.dump(2);
+  const ReportData none = analyze(dir.string(), BigMachine());
+  EXPECT_FALSE(none.compress_choice.has_value());
+  EXPECT_TRUE(json::parse(report_json(none))["onebit"]["compress_choice"].is_null());
+  EXPECT_EQ(report_text(none).find("compress: auto"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 // One MFU: a real run's last step record, its summary and its report divide by the same
 // peak (the start's, measured here, not the end's) with the same formula, and the report
 // leaves out the warm-up steps the summary left out.

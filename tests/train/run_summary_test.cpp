@@ -139,6 +139,31 @@ TEST(RunSummary, NetworkFactsRoundTripWithUnknownsAsNull) {
   EXPECT_EQ(ReadError(bad), "run/summary.json: field 'network' must be a list, got \"eth0\"");
 }
 
+// compress: auto's decision: its numbers read back exactly (so the verdict read back is the
+// one made), with the verdict and the predicted 1-bit exposed time written beside them;
+// null for a run without one, and absent from older summaries.
+TEST(RunSummary, CompressChoiceReadsBackAsMade) {
+  for (double exposed : {21.9f, 1.5f}) {
+    RunSummary a = FullSummary();
+    a.compress_choice = CompressChoice{exposed, 60.3f, 4.4e7, 1.4e6, 2.7f, 61};
+    const json j = json::parse(summary_text(a))["compress_choice"];
+    EXPECT_EQ(j["compressed"], exposed > 2.7f) << j;
+    EXPECT_EQ(j["from_step"], 61);
+    EXPECT_EQ(j["compressed_exposed_ms"], 0) << "1.9 ms of 1-bit exchange fit in 38.4 hidden";
+    const RunSummary b = ReadBack(summary_text(a));
+    ASSERT_TRUE(b.compress_choice.has_value());
+    const CompressChoice& c = *b.compress_choice;
+    EXPECT_EQ((std::vector<double>{c.exposed_ms, c.comm_ms, c.sent_bytes, c.sign_bytes, c.code_ms}),
+              (std::vector<double>{exposed, 60.3f, 4.4e7, 1.4e6, 2.7f}));
+    EXPECT_EQ(c.from_step, 61);
+    EXPECT_EQ(c.describe(), a.compress_choice->describe());
+  }
+  EXPECT_TRUE(json::parse(summary_text(FullSummary()))["compress_choice"].is_null());
+  json old = json::parse(summary_text(FullSummary()));
+  old.erase("compress_choice");
+  EXPECT_FALSE(summary_from_json(old, "summary.json").compress_choice.has_value());
+}
+
 // A summary written before format_version existed reads, each field optional; its MFU is
 // recomputed against the start's peak (format 1 divided by the larger of two).
 TEST(RunSummary, SummariesWithoutAFormatVersionStillRead) {
