@@ -5,13 +5,14 @@
 // Every successful poll should call reset().
 //
 // The policy is per thread: thread_wait_policy() starts as WaitPolicy::polite(), the
-// CommEngine's thread uses EngineOptions::wait, and a thread that owns its core (the
-// bench) may switch to WaitPolicy::spin() with ScopedWaitPolicy.
+// CommEngine's thread uses EngineOptions::wait (WaitPolicy::sleeping() where it shares its
+// rank's cores with the compute threads), and a thread that owns its core (the bench) may
+// switch to WaitPolicy::spin() with ScopedWaitPolicy.
 #pragma once
 
-#include "core/profiler.h"  // steady_now_ns
-
 #include <cstdint>
+
+#include "core/profiler.h"  // steady_now_ns
 
 namespace ringstep {
 
@@ -22,6 +23,10 @@ struct WaitPolicy {
 
   static WaitPolicy polite() { return {}; }
   static WaitPolicy spin() { return {INT64_MAX, INT64_MAX, 64'000}; }
+  // For a thread whose core is busy computing: no polling and no yielding, which take the
+  // core from the compute thread; sleeps from 1 us doubling to 0.5 ms, each poll in
+  // between costing a wake-up (docs/perf-log.md section 16).
+  static WaitPolicy sleeping() { return {0, 0, 500'000}; }
 };
 
 // The calling thread's policy (read by every Backoff constructed on it).
@@ -39,7 +44,6 @@ class ScopedWaitPolicy {
  private:
   WaitPolicy saved_;
 };
-
 
 class Backoff {
  public:

@@ -79,6 +79,8 @@ int resolve_threads(int requested, int local_ranks) {
   return resolve_threads(requested, local_ranks, hardware_threads());
 }
 
+bool rank_has_spare_core(int n) { return hardware_threads() / std::max(1, local_rank_count()) > n; }
+
 namespace {
 
 // The first of VARS that holds an integer in [lo, 2^20), else FALLBACK.

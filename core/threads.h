@@ -32,6 +32,10 @@ int local_rank();
 // when none is set.
 int launcher_rank();
 int launcher_world_size();
+// Whether this rank has a core its N compute threads leave free: more of this process's
+// CPUs than N per rank on this node (hardware_threads() / local_rank_count(), as auto
+// counts them).
+bool rank_has_spare_core(int n);
 // Sets OpenMP, Eigen and (when linked) OpenBLAS to n threads each, and keeps one OpenMP
 // level active: a parallel region opened inside another runs on the thread that opens it
 // (the kernels rely on it to call parallel ops from inside their own regions).

@@ -14,6 +14,7 @@
 #include "core/checksum.h"
 #include "core/runtime.h"
 #include "core/stats.h"
+#include "core/threads.h"
 #include "models/gpt.h"
 
 namespace ringstep {
@@ -45,17 +46,30 @@ void cut_at_tensors(std::vector<Bucket>& buckets, std::vector<size_t> tensor_sta
   }
 }
 
+namespace {
+
+// The engine thread polls its messages while backward computes; where the rank's compute
+// threads fill its cores, polling and yielding take them from backward, so it sleeps.
+EngineOptions engine_options(int compute_threads) {
+  EngineOptions opts;
+  if (!rank_has_spare_core(compute_threads)) opts.wait = WaitPolicy::sleeping();
+  return opts;
+}
+
+}  // namespace
+
 struct GradSync::Pending {
   CommHandle handle;
   bool enqueued = false;
 };
 
-GradSync::GradSync(Communicator* comm, const CommConfig& cfg) : comm_(comm), cfg_(cfg) {
+GradSync::GradSync(Communicator* comm, const CommConfig& cfg, int compute_threads)
+    : comm_(comm), cfg_(cfg) {
   if (comm_) {
     rank_ = comm_->rank();
     world_ = comm_->size();
   }
-  if (world_ > 1) engine_ = std::make_unique<CommEngine>(*comm_);
+  if (world_ > 1) engine_ = std::make_unique<CommEngine>(*comm_, engine_options(compute_threads));
 }
 
 GradSync::~GradSync() = default;

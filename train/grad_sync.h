@@ -88,7 +88,10 @@ class GradSync final : public Reducer {
     double compression_error = 0;
   };
 
-  GradSync(Communicator* comm, const CommConfig& cfg);
+  // COMPUTE_THREADS: the rank's (run.threads resolved). The engine thread sleeps while it
+  // waits (WaitPolicy::sleeping()) where they leave no core to spare (rank_has_spare_core),
+  // else waits politely.
+  GradSync(Communicator* comm, const CommConfig& cfg, int compute_threads = 1);
   ~GradSync() override;
   int rank() const { return rank_; }
   int world() const override { return world_; }

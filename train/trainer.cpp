@@ -80,7 +80,7 @@ TrainState::TrainState(const Registry& params, const Config& cfg,
 
 Trainer::Trainer(const Config& cfg, Communicator* comm)
     : cfg_(cfg),
-      sync_(comm, cfg.comm),
+      sync_(comm, cfg.comm, resolve_threads(cfg.run.threads, local_rank_count())),
       // Inputs first: a bad data file must fail before anything is written.
       val_data_(make_data_source(checked(cfg_, sync_.world()), "val", sync_.rank(), sync_.world())),
       model_(cfg.model, gpt_options(cfg), cfg.run.device),

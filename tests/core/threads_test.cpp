@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
@@ -38,6 +39,19 @@ TEST(Threads, LocalRankCountFromEnvironment) {
   EXPECT_EQ(local_rank_count(), 4);  // Open MPI's own count takes precedence
   setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "junk", 1);
   EXPECT_EQ(local_rank_count(), 2);
+  for (const char* var : vars) unsetenv(var);
+}
+
+// A rank has a spare core where its share of this process's CPUs (split between the local
+// ranks, as auto splits them) exceeds its compute threads.
+TEST(Threads, SpareCoreIsTheRanksShareOfTheCpusBeyondItsThreads) {
+  const char* vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+  for (const char* var : vars) unsetenv(var);
+  const int cpus = hardware_threads();
+  EXPECT_EQ(rank_has_spare_core(1), cpus > 1);
+  EXPECT_FALSE(rank_has_spare_core(cpus));
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(cpus).c_str(), 1);
+  EXPECT_FALSE(rank_has_spare_core(1)) << "one CPU per rank: none to spare";
   for (const char* var : vars) unsetenv(var);
 }
 
