@@ -99,7 +99,7 @@ struct Layout {
   size_t scale_bytes = 0;             // of one message's scale slots
   size_t block_bytes = 0;             // one message
   struct Run {
-    size_t segment, begin, end;
+    size_t begin, end;
   };
   std::vector<Run> runs;             // every segment's scale runs, in order
   std::vector<size_t> segment_runs;  // segment k's runs: [segment_runs[k], segment_runs[k + 1])
@@ -143,13 +143,13 @@ struct Layout {
     segment_runs.push_back(0);
     for (size_t k = 0, start = 0; k < ends.size(); start = ends[k++]) {
       for (size_t b = start; b < ends[k]; b += kScaleRun)
-        runs.push_back({k, b, std::min(ends[k], b + kScaleRun)});
+        runs.push_back({b, std::min(ends[k], b + kScaleRun)});
       segment_runs.push_back(runs.size());
     }
     for (size_t k = 0; k < ends.size(); ++k) {
       const size_t begin = k == 0 ? 0 : ends[k - 1];
       if (groups.empty() || groups.back().end - groups.back().begin >= kGroupElems)
-        groups.push_back({k, k, begin, begin, code_blocks.size(), code_blocks.size()});
+        groups.push_back({k, k, begin, begin, 0, 0});
       Group& g = groups.back();
       g.segment_end = k + 1;
       g.end = ends[k];
