@@ -210,9 +210,10 @@ void check_cross_fields(const Config& c, const Reader& reader) {
                     ") must be <= 'precision.loss_scale.initial' (" + num(ls.initial) + ")");
   }
   // What the GPU trainer does not run yet (docs/gpu.md).
-  if (c.run.device == Device::cuda && c.optimizer.name == OptimizerKind::onebit_adam) {
-    reader.fail({"optimizer.name", "run.device"},
-                "'optimizer.name' onebit_adam runs on run.device cpu only; use adamw on cuda");
+  if (c.run.device == Device::cuda && c.optimizer.name != OptimizerKind::adamw) {
+    reader.fail({"optimizer.name", "run.device"}, "'optimizer.name' " +
+                                                      std::string(name(c.optimizer.name)) +
+                                                      " runs on run.device cpu only; use adamw on cuda");
   }
 }
 

@@ -59,10 +59,11 @@ enum class OnNan { stop, skip };
 constexpr auto enum_names(OnNan) {
   return std::to_array<EnumName<OnNan>>({{OnNan::stop, "stop"}, {OnNan::skip, "skip"}});
 }
-enum class OptimizerKind { adamw, onebit_adam };
+enum class OptimizerKind { adamw, onebit_adam, zero_one_adam };
 constexpr auto enum_names(OptimizerKind) {
-  return std::to_array<EnumName<OptimizerKind>>(
-      {{OptimizerKind::adamw, "adamw"}, {OptimizerKind::onebit_adam, "onebit_adam"}});
+  return std::to_array<EnumName<OptimizerKind>>({{OptimizerKind::adamw, "adamw"},
+                                                 {OptimizerKind::onebit_adam, "onebit_adam"},
+                                                 {OptimizerKind::zero_one_adam, "zero_one_adam"}});
 }
 // Whether 1-bit Adam compresses after its warm-up: auto measures, in the warm-up, what the
 // uncompressed exchange costs and what compressing would, and compresses only where it pays.
@@ -188,11 +189,22 @@ struct OneBitConfig {
   bool operator==(const OneBitConfig&) const = default;
 };
 
+// 0/1 Adam's schedules (optim/zero_one_adam.h; DeepSpeed's names).
+struct ZeroOneConfig {
+  int var_freeze_step = 120;    // the last step that may update the variance
+  int var_update_scaler = 16;   // variance updates at one interval before it doubles
+  int local_step_scaler = 32;   // frozen steps at one sync interval before it doubles
+  int local_step_clipper = 16;  // the longest sync interval, in steps
+
+  bool operator==(const ZeroOneConfig&) const = default;
+};
+
 struct OptimizerConfig {
   OptimizerKind name = OptimizerKind::adamw;
   std::array<double, 2> betas = {0.9, 0.95};
   double eps = 1.0e-8;
   OneBitConfig onebit;
+  ZeroOneConfig zero_one;
 
   bool operator==(const OptimizerConfig&) const = default;
 };

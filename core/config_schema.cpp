@@ -352,7 +352,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(recompute.policy), choice<RecomputePolicy>(), "activation recomputation: none, every block, every k-th block, attention only"),
   key(KEY(recompute.k), number<int>(at_least(1)), "for every_k: recompute blocks whose index is a multiple of k"),
 
-  key(KEY(optimizer.name), choice<OptimizerKind>(), "adamw, or 1-bit Adam: AdamW for freeze_step steps, then 1-bit compressed momentum exchange (docs/optim.md)"),
+  key(KEY(optimizer.name), choice<OptimizerKind>(), "adamw; 1-bit Adam: AdamW for freeze_step steps, then 1-bit compressed momentum exchange; 0/1 Adam: variance updated at growing intervals, then frozen, 1-bit syncs with local steps between them (docs/optim.md)"),
   key(KEY(optimizer.betas), pair(in('[', 0, 1, ')')), "Adam beta1, beta2"),
   key(KEY(optimizer.eps), number<double>(above(0)), "Adam epsilon"),
   key(KEY(optimizer.onebit.freeze_step), number<int>(at_least(1)), "1-bit Adam: AdamW steps on averaged gradients before the variance freezes (DeepSpeed advises 15-25% of train.steps)"),
@@ -360,6 +360,10 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(optimizer.onebit.scale_block), number<int>(at_least(0)), "1-bit Adam: elements that share one scale, in blocks from each tensor's start; 0 = one scale per tensor. Each block costs 32 bits per message: 32/scale_block bits per element on top of the 1-bit code"),
   key(KEY(optimizer.onebit.overlap), boolean(), "1-bit Adam: start each bucket's compressed exchange during backward, as AdamW's buckets are (with comm.overlap); the clip coefficient is then the previous step's (this step's norm is known only after backward), and a skipped step (loss scaling, on_nan: skip) puts the momentum and both error buffers back. false = exchange after backward, clipped by this step's norm"),
   key(KEY(optimizer.onebit.compress), choice<OneBitCompress>(), "1-bit Adam: compress after the warm-up always, never (AdamW throughout), or auto: from the warm-up's measured exposed AllReduce time against the measured cost of coding (and the compressed exchange's predicted exposed time), compress only where that is less; the log says which way and why (docs/optim.md)"),
+  key(KEY(optimizer.zero_one.var_freeze_step), number<int>(at_least(1)), "0/1 Adam: the last step that may update the variance (on fp32 averaged gradients); later steps keep it frozen and may be local (DeepSpeed: the end of the LR warm-up)"),
+  key(KEY(optimizer.zero_one.var_update_scaler), number<int>(at_least(1)), "0/1 Adam: variance updates at one interval before the interval doubles (the paper's kappa); steps between them are 1-bit syncs"),
+  key(KEY(optimizer.zero_one.local_step_scaler), number<int>(at_least(1)), "0/1 Adam: steps after the freeze at one sync interval before the interval doubles"),
+  key(KEY(optimizer.zero_one.local_step_clipper), number<int>(at_least(1)), "0/1 Adam: the longest sync interval after the freeze, in steps (the paper's H); the steps between syncs are local, with no exchange"),
 
   key(KEY(comm.backend), choice<CommBackend>({CommBackend::nccl}), "transport"),
   key(KEY(comm.allreduce), choice<AllreduceAlgo>(), "ring = ringstep's ring AllReduce; native = the library's"),

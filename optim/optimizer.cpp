@@ -2,6 +2,7 @@
 
 #include "optim/adamw.h"
 #include "optim/onebit_adam.h"
+#include "optim/zero_one_adam.h"
 
 namespace ringstep {
 
@@ -20,6 +21,15 @@ std::unique_ptr<Optimizer> make_optimizer(const Registry& reg, const Config& cfg
           OneBitParams{ob.freeze_step, ob.scale, ob.scale_block, ob.overlap && cfg.comm.overlap,
                        may_skip, ob.compress},
           cfg.run.device);
+    }
+    case OptimizerKind::zero_one_adam: {
+      const ZeroOneConfig& zo = cfg.optimizer.zero_one;
+      const OneBitConfig& ob = cfg.optimizer.onebit;  // the sign code's knobs
+      return std::make_unique<ZeroOneAdam>(
+          reg, hp,
+          ZeroOneParams{zo.var_freeze_step, zo.var_update_scaler, zo.local_step_scaler,
+                        zo.local_step_clipper, cfg.train.steps,
+                        SignCode{ob.scale, size_t(ob.scale_block)}});
     }
   }
   throw std::logic_error("make_optimizer: unknown optimizer");

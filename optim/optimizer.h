@@ -23,11 +23,15 @@
 namespace ringstep {
 
 // The stage of a compressed optimizer's next step: warm-up (full-precision, gradients
-// averaged) or compressed (its own 1-bit exchange). Step records and the report show it.
-enum class OneBitStage : uint8_t { warmup, compressed };
+// averaged), compressed (its own 1-bit exchange), and for 0/1 Adam after its variance froze
+// sync (a 1-bit exchange of the steps since the last one) or local (no exchange). Step
+// records and the report show it.
+enum class OneBitStage : uint8_t { warmup, compressed, sync, local };
 constexpr auto enum_names(OneBitStage) {
-  return std::to_array<EnumName<OneBitStage>>(
-      {{OneBitStage::warmup, "warmup"}, {OneBitStage::compressed, "compressed"}});
+  return std::to_array<EnumName<OneBitStage>>({{OneBitStage::warmup, "warmup"},
+                                               {OneBitStage::compressed, "compressed"},
+                                               {OneBitStage::sync, "sync"},
+                                               {OneBitStage::local, "local"}});
 }
 
 // One buffer of an optimizer's state as a checkpoint stores it (docs/formats.md): a
@@ -76,6 +80,12 @@ class Optimizer {
   // valid on WORLD ranks. The default has no per-rank state.
   virtual void adopt_world_change(const std::vector<std::vector<FlatBuffer>>& saved,
                                   int saved_world, int world);
+  // Whether every rank holds the same parameters after the last step (false between 0/1
+  // Adam's syncs: its local steps; the trainer checks replicas only when true).
+  virtual bool replicas_agree() const { return true; }
+  // After a resume restored state_tensors() and the step count: sets PARAMS (read from the
+  // checkpoint's one copy, rank 0's) to this rank's own where they differ per rank.
+  virtual void restore_params(FlatBuffer& /*params*/) {}
   // Bytes of state_tensors() and any scratch the optimizer holds.
   virtual size_t state_bytes() const = 0;
   // A line for the run's log about a choice the optimizer made in the last step (1-bit

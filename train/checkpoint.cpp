@@ -472,6 +472,7 @@ void load_checkpoint(const std::string& dir, const Config& cfg, int rank, int wo
     throw InputError("checkpoint '" + dir + "': " + kState + " lists no data position");
   }
   load_per_rank(dir, manifest, rank, world, *state.optimizer);
+  state.optimizer->restore_params(params);
 }
 
 void check_run_dir_free(const Config& cfg) {

@@ -271,6 +271,7 @@ void compute_onebit(const std::vector<StepRecord>& recs, ReportData& r) {
       if (s.stage && size_t(*s.stage) == k) in.push_back(s);
     if (in.empty()) continue;
     r.onebit = true;
+    for (const StepRecord& s : in) r.onebit_sent_bytes += double(s.comm_sent_bytes);
     OneBitStageStats& st = r.onebit_stages[k];
     st.steps = int(in.size());
     st.step_ms_p50 =

@@ -163,10 +163,12 @@ struct ReportData {
   double activations_estimate_bytes = 0;
   double memory_limit_bytes = 0;  // physical RAM / world; 0 = unknown
 
-  bool onebit = false;                              // records carry a 1-bit Adam stage
-  std::array<OneBitStageStats, 2> onebit_stages{};  // indexed by OneBitStage
+  bool onebit = false;  // records carry a compressed optimizer's stage
+  // Indexed by OneBitStage.
+  std::array<OneBitStageStats, enum_names(OneBitStage{}).size()> onebit_stages{};
   double onebit_volume_ratio = 0;  // compressed / warm-up sent bytes; NaN if a stage is missing
   std::optional<CompressChoice> compress_choice;  // summary.json's compress: auto decision
+  double onebit_sent_bytes = 0;    // comm_sent_bytes per rank, summed over every record
   bool has_config = false;
   Config config;  // RUN_DIR/config.yaml when has_config
   MachineInfo machine;

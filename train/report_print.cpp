@@ -191,7 +191,10 @@ void print_onebit(const ReportData& r, Text& t) {
   for (size_t k = 0; k < r.onebit_stages.size(); ++k) {
     const OneBitStageStats& s = r.onebit_stages[k];
     if (s.steps == 0) continue;
-    std::string line = "1-bit Adam   " + std::string(name(OneBitStage(k))) + ": " +
+    const bool zero_one =
+        r.has_config && r.config.optimizer.name == OptimizerKind::zero_one_adam;
+    std::string line = std::string(zero_one ? "0/1 Adam     " : "1-bit Adam   ") +
+                       name(OneBitStage(k)) + ": " +
                        plural(s.steps, "step") + ", step p50 ";
     char buf[160];
     std::snprintf(buf, sizeof buf, "%.1f ms, sent %sB/rank/step", s.step_ms_p50,
@@ -206,6 +209,7 @@ void print_onebit(const ReportData& r, Text& t) {
   if (std::isfinite(r.onebit_volume_ratio))
     t.line("             compressed / warm-up bytes sent: 1/%.1f", 1 / r.onebit_volume_ratio);
   if (r.compress_choice) t.line("             %s", r.compress_choice->describe().c_str());
+  t.line("             bytes sent over the run: %sB/rank", human_count(r.onebit_sent_bytes).c_str());
 }
 
 void print_loss_memory_ranks(const ReportData& r, Text& t) {
@@ -403,6 +407,7 @@ std::string report_json(const ReportData& r) {
     ojson ob;
     for (size_t k = 0; k < r.onebit_stages.size(); ++k) {
       const OneBitStageStats& s = r.onebit_stages[k];
+      if (s.steps == 0 && k > size_t(OneBitStage::compressed)) continue;  // 0/1 Adam's only
       ob[name(OneBitStage(k))] = {{"steps", s.steps},
                                   {"step_ms_p50", s.step_ms_p50},
                                   {"sent_bytes_p50", s.sent_bytes_p50},
@@ -410,6 +415,7 @@ std::string report_json(const ReportData& r) {
     }
     ob["volume_ratio"] = known(r.onebit_volume_ratio);
     ob["compress_choice"] = r.compress_choice ? to_json(*r.compress_choice) : ojson(nullptr);
+    ob["sent_bytes"] = r.onebit_sent_bytes;
     j["onebit"] = ob;
   }
   j["loss"] = {{"final", r.final_loss},

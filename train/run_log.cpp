@@ -19,6 +19,7 @@
 #include "models/gpt.h"
 #include "optim/loss_scaler.h"
 #include "optim/onebit_adam.h"
+#include "optim/zero_one_adam.h"
 #include "train/report.h"
 #include "train/run_dir.h"
 #include "train/run_summary.h"
@@ -100,8 +101,21 @@ void print_comm_and_trace(const Config& cfg, const RunFacts& f) {
   if (!f.trace_note.empty()) std::printf("  warning    %s\n", f.trace_note.c_str());
 }
 
+// 0/1 Adam's schedule, and what it will not do as asked (optim/zero_one_adam.h).
+void print_zero_one_header(const Config& cfg, const RunFacts& f) {
+  const ZeroOneConfig& zo = cfg.optimizer.zero_one;
+  std::printf(
+      "  optimizer  0/1 Adam: variance on fp32 averaged gradients at intervals doubling every %d "
+      "updates, frozen after step %d; 1-bit syncs between (own sign transport), after the "
+      "freeze every 1..%d steps (doubling every %d)\n",
+      zo.var_update_scaler, zo.var_freeze_step, zo.local_step_clipper, zo.local_step_scaler);
+  const std::string warning = zero_one_warning(cfg, f.world);
+  if (!warning.empty()) std::printf("  warning    %s\n", warning.c_str());
+}
+
 // 1-bit Adam's plan, and what it will not do as asked (optim/onebit_adam.h).
 void print_optimizer_header(const Config& cfg, const RunFacts& f) {
+  if (cfg.optimizer.name == OptimizerKind::zero_one_adam) return print_zero_one_header(cfg, f);
   if (cfg.optimizer.name != OptimizerKind::onebit_adam) return;
   const OneBitConfig& ob = cfg.optimizer.onebit;
   const std::string per =

@@ -119,7 +119,8 @@ Trainer::Trainer(const Config& cfg, Communicator* comm)
   });
   sync_.setup(model_);
   if (f.world > 1) {
-    sync_.check_replicas(std::as_const(model_).params(), 0);
+    if (state_.optimizer->replicas_agree())
+      sync_.check_replicas(std::as_const(model_).params(), 0);
     f.network.interface = traffic_interface(
         f.rank, f.world, [this](void* buf, size_t n) { sync_.gather_bytes(buf, n); });
     f.network.start = read_net_snapshot(f.network.interface);
@@ -249,7 +250,7 @@ Trainer::StepResult Trainer::step() {
   ops_ = nullptr;
   ++state_.step;
   const int every = cfg_.train.check_replicas_every;
-  if (every > 0 && state_.step % every == 0)
+  if (every > 0 && state_.step % every == 0 && state_.optimizer->replicas_agree())
     sync_.check_replicas(std::as_const(model_).params(), state_.step);
   return s;
 }

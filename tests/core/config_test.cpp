@@ -457,7 +457,7 @@ TEST(Config, NameTablesAreComplete) {
   ExpectCompleteTable<DType>("fp32, bf16, fp16");
   ExpectCompleteTable<LossScaleMode>("auto, dynamic, static, none");
   ExpectCompleteTable<RecomputePolicy>("none, full, every_k, selective");
-  ExpectCompleteTable<OptimizerKind>("adamw, onebit_adam");
+  ExpectCompleteTable<OptimizerKind>("adamw, onebit_adam, zero_one_adam");
   ExpectCompleteTable<OneBitScale>("mean_abs, l2");
   ExpectCompleteTable<CommBackend>("mpi, nccl");
   ExpectCompleteTable<AllreduceAlgo>("ring, native");
@@ -503,6 +503,26 @@ TEST(Config, OneBitScaleTypoNamesTheNearestAndFreezeStepIsAtLeastOne) {
   EXPECT_EQ(
       parse("", {"optimizer.name=onebit_adam", "optimizer.onebit.scale=l2"}).optimizer.onebit.scale,
       OneBitScale::l2);
+}
+
+// 0/1 Adam's schedule knobs are each at least 1, load from a file and from --set, and
+// cuda refuses the optimizer naming both keys.
+TEST(Config, ZeroOneKnobsAreAtLeastOneAndCpuOnly) {
+  for (const char* key : {"var_freeze_step", "var_update_scaler", "local_step_scaler",
+                          "local_step_clipper"}) {
+    const std::string set = std::string("optimizer.zero_one.") + key + "=0";
+    EXPECT_EQ(error_of("", {set}), "--set optimizer.zero_one." + std::string(key) +
+                                       ": 'optimizer.zero_one." + key + "' must be >= 1, got 0")
+        << error_of("", {set});
+  }
+  const Config c = parse(
+      "optimizer:\n  name: zero_one_adam\n  zero_one: {var_freeze_step: 50, var_update_scaler: "
+      "4, local_step_scaler: 8, local_step_clipper: 2}\n");
+  EXPECT_EQ(c.optimizer.name, OptimizerKind::zero_one_adam);
+  EXPECT_EQ(c.optimizer.zero_one, (ZeroOneConfig{50, 4, 8, 2}));
+  EXPECT_EQ(error_of("", {"run.device=cuda", "optimizer.name=zero_one_adam"}),
+            "--set optimizer.name: 'optimizer.name' zero_one_adam runs on run.device cpu only; "
+            "use adamw on cuda");
 }
 
 // The exchange under backward is the default and takes loss scaling, on_nan: skip and

@@ -550,6 +550,25 @@ TEST(Cli, DryRunPrintsTheEffectiveConfigAndEstimatesAndWritesNothing) {
   fs::remove_all(dir);
 }
 
+// 0/1 Adam's knobs: a bad value is exit 2 naming the key, before anything is written.
+TEST(Cli, ZeroOneAdamBadKnobsExitTwo) {
+  fs::path dir = Temp("zeroone");
+  const std::string train = "train " + Tiny() + " --set run.out_dir=" + (dir / "run").string() +
+                            " --set optimizer.name=zero_one_adam";
+  ExpectBadInput(train + " --set optimizer.zero_one.var_freeze_step=0",
+                 "'optimizer.zero_one.var_freeze_step' must be >= 1", dir);
+  ExpectBadInput(train + " --set optimizer.zero_one.local_step_clipper=-3",
+                 "'optimizer.zero_one.local_step_clipper' must be >= 1", dir);
+  ExpectBadInput(train + " --set optimizer.zero_one.var_update_scaler=two",
+                 "optimizer.zero_one.var_update_scaler", dir);
+  ExpectBadInput(train + " --set optimizer.zero_one.local_step_scalar=4",
+                 "optimizer.zero_one.local_step_scaler", dir);
+  ExpectBadInput("train " + Tiny() + " --set run.out_dir=" + (dir / "run").string() +
+                     " --set optimizer.name=zero_one_adm",
+                 "zero_one_adam", dir);
+  fs::remove_all(dir);
+}
+
 // A dry run refuses what `train` refuses, with the same message, and --ranks belongs to it.
 TEST(Cli, DryRunRefusesBadConfigsLikeTrain) {
   fs::path dir = Temp("dryrunbad");
