@@ -13,17 +13,6 @@ bool ZeroOneSchedule::updates_variance(int64_t s) const {
     if (s <= start + kappa * interval) return (s - start) % interval == 0;
 }
 
-int64_t ZeroOneSchedule::variance_updates(int64_t s) const {
-  s = std::min<int64_t>(s, p.var_freeze_step);
-  if (s < 1) return 0;
-  const int64_t kappa = p.var_update_scaler;
-  int64_t done = 0;
-  for (int64_t interval = 1, start = 0;; start += kappa * interval, interval *= 2) {
-    if (s <= start + kappa * interval) return done + (s - start) / interval;
-    done += kappa;
-  }
-}
-
 bool ZeroOneSchedule::syncs(int64_t s) const {
   if (s <= p.var_freeze_step || s == p.last_step) return true;
   const int64_t f = s - p.var_freeze_step, scaler = p.local_step_scaler;
@@ -43,10 +32,11 @@ ZeroOneAdam::ZeroOneAdam(const Registry& reg, const AdamWParams& hp, const ZeroO
       a_(reg.total_numel()),
       ew_(reg.total_numel()),
       es_(reg.total_numel()),
-      scalars_(2) {
+      scalars_(3) {
   for (FlatBuffer* b : {&m_, &v_, &u_, &a_, &ew_, &es_}) b->zero();
   scalars_.data()[0] = 1.0f;  // D
   scalars_.data()[1] = 0.0f;  // L
+  scalars_.data()[2] = 0.0f;  // S
 }
 
 std::optional<OneBitStage> ZeroOneAdam::stage(int world) const {
@@ -59,8 +49,8 @@ std::optional<OneBitStage> ZeroOneAdam::stage(int world) const {
 bool ZeroOneAdam::replicas_agree() const { return t_ == 0 || sched_.syncs(t_); }
 
 float ZeroOneAdam::inv_sqrt_c2() const {
-  const double nv = double(std::max<int64_t>(1, sched_.variance_updates(t_)));
-  return float(1.0 / std::sqrt(1.0 - std::pow(hp_.beta2, nv)));
+  const double covered = std::max(1.0, double(scalars_.data()[2]));
+  return float(1.0 / std::sqrt(1.0 - std::pow(hp_.beta2, covered)));
 }
 
 std::vector<StateTensor> ZeroOneAdam::state_tensors() {
@@ -109,7 +99,11 @@ void ZeroOneAdam::restore_params(FlatBuffer& params) {
 
 void ZeroOneAdam::variance_step(float* params, const float* grads, double lr, float grad_scale) {
   ++t_;
-  const float b1 = float(hp_.beta1), b2 = float(hp_.beta2), eps = float(hp_.eps);
+  // The gradient stands for every step since the last update: v decays by b2 per step.
+  const double gap = double(t_) - double(scalars_.data()[2]);
+  scalars_.data()[2] = float(t_);
+  const float b1 = float(hp_.beta1), eps = float(hp_.eps);
+  const float b2 = float(std::pow(hp_.beta2, gap)), new_weight = float(1.0 - std::pow(hp_.beta2, gap));
   const float step_size = float(lr / (1.0 - std::pow(hp_.beta1, double(t_))));
   const float scale = inv_sqrt_c2();
   float* m = m_.data();
@@ -120,7 +114,7 @@ void ZeroOneAdam::variance_step(float* params, const float* grads, double lr, fl
     for (size_t i = t.offset; i < t.offset + t.numel; ++i) {
       const float g = grads[i] * grad_scale;
       m[i] = b1 * m[i] + (1.0f - b1) * g;
-      v[i] = b2 * v[i] + (1.0f - b2) * (g * g);
+      v[i] = b2 * v[i] + new_weight * (g * g);
       params[i] -= step_size * m[i] / (std::sqrt(v[i]) * scale + eps) + decay * params[i];
       a[i] = params[i];
     }

@@ -5,11 +5,13 @@
 // Steps s = 1, 2, ... (applied steps; a skipped step does not count). F = var_freeze_step.
 // - The variance v is updated only at the steps of T_v (ZeroOneSchedule::updates_variance:
 //   kappa = var_update_scaler steps at interval 1, then kappa at interval 2, 4, ...), never
-//   after F. Such a step is AdamW's on gradients averaged in fp32 (stage warmup).
+//   after F. Such a step is AdamW's on gradients averaged in fp32 (stage warmup), except
+//   that the gradient stands for each step since the last update (d of them):
+//     v = b2^d v + (1 - b2^d) g^2, bias-corrected by 1 - b2^S (S = the last such step).
 // - Every other step is local: each rank updates its momentum from its own gradient and
 //   moves its own parameters; it accumulates what it moved in u:
 //     m = b1 m + (1 - b1) g;  u = k u + lr m / (1 - b1^s);  D = k D;  L = L + lr
-//     p = D a - u / (sqrt(v / (1 - b2^nv)) + eps)       (nv = the variance updates so far)
+//     p = D a - u / (sqrt(v / (1 - b2^S)) + eps)
 //   with k = 1 - lr wd on tensors the registry marks decay (1 elsewhere) and a the anchor,
 //   the parameters at the last sync. So p is the decoupled-decay Adam step applied step by
 //   step, written in closed form from (a, u, D).
@@ -54,8 +56,6 @@ struct ZeroOneSchedule {
   // s is in T_v: s <= F and, in the group g that holds s (the steps after kappa (2^g - 1)
   // up to kappa (2^(g+1) - 1)), s - kappa (2^g - 1) is a multiple of 2^g.
   bool updates_variance(int64_t s) const;
-  // The steps of T_v in [1, s].
-  int64_t variance_updates(int64_t s) const;
   // After F: frozen step f = s - F lies in group g = (f - 1) / local_step_scaler, whose
   // interval is I = min(2^g, H); s syncs where (f - g local_step_scaler) is a multiple of
   // I, at the group's last step, and at last_step. Before F every step syncs.
@@ -77,7 +77,7 @@ class ZeroOneAdam final : public Optimizer {
   SignExchange skip(Reducer&) override { return {}; }
   int64_t step_count() const override { return t_; }
   void set_step_count(int64_t t) override { t_ = t; }
-  // "adam_v", "zero_one_anchor", "zero_one_scalars" (D, L) replicated; "zero_one" per rank:
+  // "adam_v", "zero_one_anchor", "zero_one_scalars" (D, L, S) replicated; "zero_one" per rank:
   // m, u, the worker error, the server error.
   std::vector<StateTensor> state_tensors() override;
   // Averages m and u over the saved ranks (a sync without the code: the new ranks'
@@ -99,8 +99,7 @@ class ZeroOneAdam final : public Optimizer {
   FlatBuffer& server_error() { return es_; }
 
  private:
-  // A T_v step on averaged GRADS times GRAD_SCALE: AdamW with v's bias correction by the
-  // variance updates so far.
+  // A T_v step on averaged GRADS times GRAD_SCALE (see above).
   void variance_step(float* params, const float* grads, double lr, float grad_scale);
   // The local update of m, u, D and L; with SYNC, then the exchange and the sync.
   SignExchange local_step(float* params, const float* grads, double lr, float grad_scale,
@@ -109,14 +108,14 @@ class ZeroOneAdam final : public Optimizer {
   void apply_sync(float* params, size_t begin, size_t end);
   // params = D a - u / denominator over one tensor's [begin, end) (DT: D there).
   void set_local_params(float* params, size_t begin, size_t end, float dt) const;
-  // 1 / sqrt(1 - b2^nv) for the step count t_.
+  // 1 / sqrt(1 - b2^S).
   float inv_sqrt_c2() const;
 
   const Registry& reg_;
   AdamWParams hp_;
   ZeroOneSchedule sched_;
   FlatBuffer m_, v_, u_, a_, ew_, es_;
-  FlatBuffer scalars_;  // [D, L]
+  FlatBuffer scalars_;  // [D, L, S: the step of the last variance update]
   int64_t t_ = 0;
 };
 

@@ -233,7 +233,7 @@ TEST(StepRecord, DamagedRecordsNameTheLineAndTheField) {
   EXPECT_EQ(with("/ops/0/calls", -2), at + "field 'ops[0].calls' must be an integer >= 0, got -2");
   EXPECT_EQ(with("/ops", "all"), at + "field 'ops' must be a list, got \"all\"");
   EXPECT_EQ(with("/stage", "frozen"),
-            at + "field 'stage' is 'frozen'; expected one of warmup, compressed");
+            at + "field 'stage' is 'frozen'; expected one of warmup, compressed, sync, local");
   EXPECT_EQ(with("/lozz", 1), at + "unknown field 'lozz'");
   EXPECT_EQ(with("/time_ms/stepp", 1), at + "unknown field 'time_ms.stepp'");
   EXPECT_EQ(without("/loss"), at + "field 'loss' is missing");
