@@ -211,9 +211,9 @@ void check_cross_fields(const Config& c, const Reader& reader) {
   }
   // What the GPU trainer does not run yet (docs/gpu.md).
   if (c.run.device == Device::cuda && c.optimizer.name != OptimizerKind::adamw) {
-    reader.fail({"optimizer.name", "run.device"}, "'optimizer.name' " +
-                                                      std::string(name(c.optimizer.name)) +
-                                                      " runs on run.device cpu only; use adamw on cuda");
+    reader.fail({"optimizer.name", "run.device"},
+                "'optimizer.name' " + std::string(name(c.optimizer.name)) +
+                    " runs on run.device cpu only; use adamw on cuda");
   }
 }
 

@@ -17,8 +17,8 @@ bool ZeroOneSchedule::syncs(int64_t s) const {
   if (s <= p.var_freeze_step || s == p.last_step) return true;
   const int64_t f = s - p.var_freeze_step, scaler = p.local_step_scaler;
   const int64_t g = (f - 1) / scaler;
-  const int64_t interval = g >= 31 ? p.local_step_clipper
-                                   : std::min<int64_t>(int64_t{1} << g, p.local_step_clipper);
+  const int64_t interval =
+      g >= 31 ? p.local_step_clipper : std::min<int64_t>(int64_t{1} << g, p.local_step_clipper);
   return (f - g * scaler) % interval == 0 || f % scaler == 0;
 }
 
@@ -54,9 +54,12 @@ float ZeroOneAdam::inv_sqrt_c2() const {
 }
 
 std::vector<StateTensor> ZeroOneAdam::state_tensors() {
-  return {{"adam_v", &v_, false},       {"zero_one_anchor", &a_, false},
-          {"zero_one_scalars", &scalars_, false}, {"zero_one", &m_, true},
-          {"zero_one", &u_, true},      {"zero_one", &ew_, true},
+  return {{"adam_v", &v_, false},
+          {"zero_one_anchor", &a_, false},
+          {"zero_one_scalars", &scalars_, false},
+          {"zero_one", &m_, true},
+          {"zero_one", &u_, true},
+          {"zero_one", &ew_, true},
           {"zero_one", &es_, true}};
 }
 
@@ -86,7 +89,8 @@ void ZeroOneAdam::set_local_params(float* params, size_t begin, size_t end, floa
   const float* a = a_.data();
   const float* u = u_.data();
   const float* v = v_.data();
-  for (size_t i = begin; i < end; ++i) params[i] = dt * a[i] - u[i] / (std::sqrt(v[i]) * scale + eps);
+  for (size_t i = begin; i < end; ++i)
+    params[i] = dt * a[i] - u[i] / (std::sqrt(v[i]) * scale + eps);
 }
 
 void ZeroOneAdam::restore_params(FlatBuffer& params) {
@@ -103,7 +107,8 @@ void ZeroOneAdam::variance_step(float* params, const float* grads, double lr, fl
   const double gap = double(t_) - double(scalars_.data()[2]);
   scalars_.data()[2] = float(t_);
   const float b1 = float(hp_.beta1), eps = float(hp_.eps);
-  const float b2 = float(std::pow(hp_.beta2, gap)), new_weight = float(1.0 - std::pow(hp_.beta2, gap));
+  const float b2 = float(std::pow(hp_.beta2, gap)),
+              new_weight = float(1.0 - std::pow(hp_.beta2, gap));
   const float step_size = float(lr / (1.0 - std::pow(hp_.beta1, double(t_))));
   const float scale = inv_sqrt_c2();
   float* m = m_.data();
@@ -121,8 +126,8 @@ void ZeroOneAdam::variance_step(float* params, const float* grads, double lr, fl
   }
 }
 
-SignExchange ZeroOneAdam::local_step(float* params, const float* grads, double lr,
-                                     float grad_scale, bool sync, Reducer& reducer) {
+SignExchange ZeroOneAdam::local_step(float* params, const float* grads, double lr, float grad_scale,
+                                     bool sync, Reducer& reducer) {
   ++t_;
   const float b1 = float(hp_.beta1);
   const float lr_c1 = float(lr / (1.0 - std::pow(hp_.beta1, double(t_))));
@@ -197,9 +202,8 @@ std::string zero_one_warning(const Config& cfg, int world) {
            "Adam";
   const int freeze = cfg.optimizer.zero_one.var_freeze_step, steps = cfg.train.steps;
   if (freeze >= steps)
-    return "optimizer.zero_one.var_freeze_step (" + std::to_string(freeze) +
-           ") >= train.steps (" + std::to_string(steps) +
-           "): the variance never freezes and no step is local";
+    return "optimizer.zero_one.var_freeze_step (" + std::to_string(freeze) + ") >= train.steps (" +
+           std::to_string(steps) + "): the variance never freezes and no step is local";
   return "";
 }
 

@@ -191,11 +191,9 @@ void print_onebit(const ReportData& r, Text& t) {
   for (size_t k = 0; k < r.onebit_stages.size(); ++k) {
     const OneBitStageStats& s = r.onebit_stages[k];
     if (s.steps == 0) continue;
-    const bool zero_one =
-        r.has_config && r.config.optimizer.name == OptimizerKind::zero_one_adam;
+    const bool zero_one = r.has_config && r.config.optimizer.name == OptimizerKind::zero_one_adam;
     std::string line = std::string(zero_one ? "0/1 Adam     " : "1-bit Adam   ") +
-                       name(OneBitStage(k)) + ": " +
-                       plural(s.steps, "step") + ", step p50 ";
+                       name(OneBitStage(k)) + ": " + plural(s.steps, "step") + ", step p50 ";
     char buf[160];
     std::snprintf(buf, sizeof buf, "%.1f ms, sent %sB/rank/step", s.step_ms_p50,
                   human_count(s.sent_bytes_p50).c_str());
@@ -209,7 +207,8 @@ void print_onebit(const ReportData& r, Text& t) {
   if (std::isfinite(r.onebit_volume_ratio))
     t.line("             compressed / warm-up bytes sent: 1/%.1f", 1 / r.onebit_volume_ratio);
   if (r.compress_choice) t.line("             %s", r.compress_choice->describe().c_str());
-  t.line("             bytes sent over the run: %sB/rank", human_count(r.onebit_sent_bytes).c_str());
+  t.line("             bytes sent over the run: %sB/rank",
+         human_count(r.onebit_sent_bytes).c_str());
 }
 
 void print_loss_memory_ranks(const ReportData& r, Text& t) {

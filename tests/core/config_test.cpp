@@ -508,8 +508,8 @@ TEST(Config, OneBitScaleTypoNamesTheNearestAndFreezeStepIsAtLeastOne) {
 // 0/1 Adam's schedule knobs are each at least 1, load from a file and from --set, and
 // cuda refuses the optimizer naming both keys.
 TEST(Config, ZeroOneKnobsAreAtLeastOneAndCpuOnly) {
-  for (const char* key : {"var_freeze_step", "var_update_scaler", "local_step_scaler",
-                          "local_step_clipper"}) {
+  for (const char* key :
+       {"var_freeze_step", "var_update_scaler", "local_step_scaler", "local_step_clipper"}) {
     const std::string set = std::string("optimizer.zero_one.") + key + "=0";
     EXPECT_EQ(error_of("", {set}), "--set optimizer.zero_one." + std::string(key) +
                                        ": 'optimizer.zero_one." + key + "' must be >= 1, got 0")

@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -68,8 +68,12 @@ struct SameReducer final : Reducer {
 
 TEST(ZeroOneAdam, StagesFollowTheSchedules) {
   const Registry reg = two_tensors();
-  ZeroOneAdam opt(reg, {}, {.var_freeze_step = 8, .var_update_scaler = 2,
-                            .local_step_scaler = 4, .local_step_clipper = 3, .last_step = 20});
+  ZeroOneAdam opt(reg, {},
+                  {.var_freeze_step = 8,
+                   .var_update_scaler = 2,
+                   .local_step_scaler = 4,
+                   .local_step_clipper = 3,
+                   .last_step = 20});
   const char* want = "WWCWCWCCSSSSLSLSLLSS";  // steps 1..20
   for (int t = 0; t < 20; ++t) {
     opt.set_step_count(t);
@@ -89,7 +93,9 @@ TEST(ZeroOneAdam, LocalStepsAndTheSyncFollowTheAdamRecurrence) {
   const size_t n = reg.total_numel();
   const AdamWParams hp{0.9, 0.999, 1e-8, 0.1};
   // T_v = {1, 3} (kappa 1), F = 4; syncs 5-8, 10, 12, then 16: steps 13-15 are local.
-  const ZeroOneParams zo{.var_freeze_step = 4, .var_update_scaler = 1, .local_step_scaler = 4,
+  const ZeroOneParams zo{.var_freeze_step = 4,
+                         .var_update_scaler = 1,
+                         .local_step_scaler = 4,
                          .local_step_clipper = 4};
   ZeroOneAdam opt(reg, hp, zo);
   const ZeroOneSchedule& sched = opt.schedule();
@@ -129,7 +135,8 @@ TEST(ZeroOneAdam, LocalStepsAndTheSyncFollowTheAdamRecurrence) {
       }
     for (const TensorInfo& t : reg.tensors())
       for (size_t i = t.offset; i < t.offset + t.numel; ++i)
-        ASSERT_NEAR(params.data()[i], p[i], 1e-6 + 1e-5 * std::abs(p[i])) << "step " << s << " " << i;
+        ASSERT_NEAR(params.data()[i], p[i], 1e-6 + 1e-5 * std::abs(p[i]))
+            << "step " << s << " " << i;
   }
   EXPECT_EQ(red.calls, 1);
   EXPECT_TRUE(opt.replicas_agree());
@@ -149,7 +156,9 @@ TEST(ZeroOneAdam, RestoreParamsRebuildsALocalStepsParametersExactly) {
   const Registry reg = two_tensors();
   const size_t n = reg.total_numel();
   ZeroOneAdam opt(reg, {0.9, 0.999, 1e-8, 0.1},
-                  {.var_freeze_step = 2, .var_update_scaler = 1, .local_step_scaler = 4,
+                  {.var_freeze_step = 2,
+                   .var_update_scaler = 1,
+                   .local_step_scaler = 4,
                    .local_step_clipper = 8});
   FlatBuffer params(n), g(n);
   for (size_t i = 0; i < n; ++i) params.data()[i] = 0.05f * float(i % 9);
@@ -204,8 +213,7 @@ TEST(ZeroOneAdam, OnOneRankEveryStepIsAdamW) {
     int world() const override { return 1; }
     void average(float*, size_t) override {}
     bool any_rank(bool flag) override { return flag; }
-    void begin_sign_average(float*, float*, float*, size_t, const SignCode&, Part,
-                            Input) override {
+    void begin_sign_average(float*, float*, float*, size_t, const SignCode&, Part, Input) override {
       ADD_FAILURE() << "nothing to exchange on one rank";
     }
     SignExchange finish_sign_average(const Part&) override { return {}; }
