@@ -191,10 +191,10 @@ struct OneBitConfig {
 
 // 0/1 Adam's schedules (optim/zero_one_adam.h; DeepSpeed's names).
 struct ZeroOneConfig {
-  int var_freeze_step = 120;    // the last step that may update the variance
-  int var_update_scaler = 16;   // variance updates at one interval before it doubles
-  int local_step_scaler = 32;   // frozen steps at one sync interval before it doubles
-  int local_step_clipper = 16;  // the longest sync interval, in steps
+  int var_freeze_step = 120;   // the last step that may update the variance
+  int var_update_scaler = 8;   // variance updates at one interval before it doubles
+  int local_step_scaler = 32;  // frozen steps at one sync interval before it doubles
+  int local_step_clipper = 2;  // the longest sync interval, in steps
 
   bool operator==(const ZeroOneConfig&) const = default;
 };

@@ -42,12 +42,12 @@
 namespace ringstep {
 
 struct ZeroOneParams {
-  int var_freeze_step = 120;    // F: the last step that may update v; >= 1
-  int var_update_scaler = 16;   // kappa: v updates at one interval before it doubles; >= 1
-  int local_step_scaler = 32;   // steps after F at one sync interval before it doubles; >= 1
-  int local_step_clipper = 16;  // H: the longest sync interval; >= 1
-  int last_step = 0;            // the run's last step, always a sync (0: none)
-  SignCode code;                // of the sync's sign_average
+  int var_freeze_step = 120;   // F: the last step that may update v; >= 1
+  int var_update_scaler = 8;   // kappa: v updates at one interval before it doubles; >= 1
+  int local_step_scaler = 32;  // steps after F at one sync interval before it doubles; >= 1
+  int local_step_clipper = 2;  // H: the longest sync interval; >= 1
+  int last_step = 0;           // the run's last step, always a sync (0: none)
+  SignCode code;               // of the sync's sign_average
 };
 
 // The schedules as functions of the (1-based) step, so that nothing of them is state.
@@ -102,8 +102,8 @@ class ZeroOneAdam final : public Optimizer {
   // A T_v step on averaged GRADS times GRAD_SCALE (see above).
   void variance_step(float* params, const float* grads, double lr, float grad_scale);
   // The local update of m, u, D and L; with SYNC, then the exchange and the sync.
-  SignExchange local_step(float* params, const float* grads, double lr, float grad_scale,
-                          bool sync, Reducer& reducer);
+  SignExchange local_step(float* params, const float* grads, double lr, float grad_scale, bool sync,
+                          Reducer& reducer);
   // The sync of elements [begin, end) once u holds its mean there.
   void apply_sync(float* params, size_t begin, size_t end);
   // params = D a - u / denominator over one tensor's [begin, end) (DT: D there).
