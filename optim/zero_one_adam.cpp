@@ -102,6 +102,13 @@ void ZeroOneAdam::restore_params(FlatBuffer& params) {
 }
 
 void ZeroOneAdam::variance_step(float* params, const float* grads, double lr, float grad_scale) {
+  // Local steps still pending (a run resumed on one rank after them): PARAMS already hold
+  // them (restore_params), and the anchor becomes PARAMS below.
+  if (scalars_.data()[1] != 0.0f) {
+    u_.zero();
+    scalars_.data()[0] = 1.0f;
+    scalars_.data()[1] = 0.0f;
+  }
   ++t_;
   // The gradient stands for every step since the last update: v decays by b2 per step.
   const double gap = double(t_) - double(scalars_.data()[2]);

@@ -66,6 +66,17 @@ struct SameReducer final : Reducer {
   int calls = 0;
 };
 
+// One rank: nothing to exchange.
+struct OneRank final : Reducer {
+  int world() const override { return 1; }
+  void average(float*, size_t) override {}
+  bool any_rank(bool flag) override { return flag; }
+  void begin_sign_average(float*, float*, float*, size_t, const SignCode&, Part, Input) override {
+    ADD_FAILURE() << "nothing to exchange on one rank";
+  }
+  SignExchange finish_sign_average(const Part&) override { return {}; }
+};
+
 TEST(ZeroOneAdam, StagesFollowTheSchedules) {
   const Registry reg = two_tensors();
   ZeroOneAdam opt(reg, {},
@@ -151,7 +162,8 @@ TEST(ZeroOneAdam, LocalStepsAndTheSyncFollowTheAdamRecurrence) {
 }
 
 // Between syncs the parameters are D a - u / denominator: restore_params rebuilds them from
-// the state alone, bit for bit, as a resume does for every rank.
+// the state alone, bit for bit, as a resume does for every rank; a step on one rank after
+// them (a resume on one rank) starts from those parameters and drops the pending u.
 TEST(ZeroOneAdam, RestoreParamsRebuildsALocalStepsParametersExactly) {
   const Registry reg = two_tensors();
   const size_t n = reg.total_numel();
@@ -181,6 +193,17 @@ TEST(ZeroOneAdam, RestoreParamsRebuildsALocalStepsParametersExactly) {
     EXPECT_EQ(std::memcmp(rebuilt.data(), params.data(), params.bytes()), 0) << "step " << s;
   }
   EXPECT_GT(locals, 3);
+  // On one rank after a local step (a resume on another world size): the next step is a
+  // variance step from those parameters, and the pending local state is folded into them.
+  ASSERT_FALSE(opt.replicas_agree());  // step 12 was local
+  ASSERT_NE(opt.u().data()[0], 0.0f);
+  OneRank one;
+  opt.step(params, g, 1e-2, 1.0, one);  // as the one rank of a resumed run
+  EXPECT_EQ(opt.u().data()[0], 0.0f);
+  for (const TensorInfo& t : reg.tensors())
+    EXPECT_TRUE(std::equal(params.data() + t.offset, params.data() + t.offset + t.numel,
+                           opt.anchor().data() + t.offset))
+        << t.name;
 }
 
 // A variance update after d steps weighs its gradient as d steps' worth: v = b2^d v +
@@ -209,15 +232,7 @@ TEST(ZeroOneAdam, AVarianceUpdateCoversTheStepsSinceTheLast) {
 // One rank: every step updates the variance, and the run is AdamW's to float rounding
 // (the bias correction of v counts every step).
 TEST(ZeroOneAdam, OnOneRankEveryStepIsAdamW) {
-  struct One final : Reducer {
-    int world() const override { return 1; }
-    void average(float*, size_t) override {}
-    bool any_rank(bool flag) override { return flag; }
-    void begin_sign_average(float*, float*, float*, size_t, const SignCode&, Part, Input) override {
-      ADD_FAILURE() << "nothing to exchange on one rank";
-    }
-    SignExchange finish_sign_average(const Part&) override { return {}; }
-  } one;
+  OneRank one;
   const Registry reg = two_tensors();
   const size_t n = reg.total_numel();
   const AdamWParams hp{0.9, 0.999, 1e-8, 0.1};
