@@ -29,9 +29,8 @@ struct Result {
   std::string output;
 };
 
-// Runs `ringstep ARGS` with its stderr going to STDERR ("&1": into the output).
-Result RunCli(const std::string& args, const std::string& stderr_to = "&1") {
-  std::string cmd = std::string(RINGSTEP_BINARY) + " " + args + " 2>" + stderr_to;
+// Runs the shell command CMD: its exit code and what it wrote to stdout.
+Result RunShell(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -39,6 +38,11 @@ Result RunCli(const std::string& args, const std::string& stderr_to = "&1") {
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// Runs `ringstep ARGS` with its stderr going to STDERR ("&1": into the output).
+Result RunCli(const std::string& args, const std::string& stderr_to = "&1") {
+  return RunShell(std::string(RINGSTEP_BINARY) + " " + args + " 2>" + stderr_to);
 }
 
 fs::path Temp(const std::string& name) {
@@ -156,13 +160,9 @@ TEST(Cli, ABadInputUnderMpirunIsReportedOnce) {
   for (const std::string& set :
        {std::string(" --set model.d_model=130"),
         " --set data.source=file --set data.path=" + (dir / "none.bin").string()}) {
-    FILE* p = popen((cmd + set + " 2>&1").c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
-    const int status = pclose(p);
-    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << out;
-    EXPECT_EQ(Count(out, "ringstep: error"), 1u) << out;
+    const Result r = RunShell(cmd + set + " 2>&1");
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(Count(r.output, "ringstep: error"), 1u) << r.output;
     EXPECT_FALSE(fs::exists(dir / "run")) << set;
   }
   fs::remove_all(dir);
@@ -185,15 +185,11 @@ TEST(Cli, ABadCheckpointUnderMpirunIsReportedOnce) {
                           RINGSTEP_BINARY + " train " + Tiny() + " --set run.out_dir=" +
                           (dir / "run2").string() + " --set train.steps=4 --set checkpoint.resume=" +
                           ckpt.string() + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
-  const int status = pclose(p);
-  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << out;
-  EXPECT_EQ(Count(out, "ringstep: error"), 1u) << out;
-  EXPECT_NE(out.find("params.bin"), std::string::npos) << out;
-  EXPECT_FALSE(fs::exists(dir / "run2")) << out;
+  const Result r = RunShell(cmd);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(Count(r.output, "ringstep: error"), 1u) << r.output;
+  EXPECT_NE(r.output.find("params.bin"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "run2")) << r.output;
   fs::remove_all(dir);
 }
 

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -131,6 +133,18 @@ inline bool identical_on_all_ranks(Communicator& comm, const void* data, size_t 
 }
 
 // Logical AND over ranks (so that all ranks agree on whether to continue).
+// An empty temporary directory "ringstep_PREFIX_NAME_WORLDSIZE" for a test on COMM's ranks:
+// rank 0 clears it, every rank waits for that.
+inline std::filesystem::path fresh_dir(Communicator& comm, const std::string& prefix,
+                                       const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("ringstep_" + prefix + "_" + name + "_" + std::to_string(comm.size()));
+  if (comm.rank() == 0) std::filesystem::remove_all(dir);
+  comm.barrier();
+  return dir;
+}
+
 inline bool all_ranks(Communicator& comm, bool ok) {
   std::vector<int> v(static_cast<size_t>(comm.size()));
   v[static_cast<size_t>(comm.rank())] = ok ? 1 : 0;

@@ -18,6 +18,7 @@
 #include "core/files.h"
 #include "models/gpt.h"
 #include "mpi/mpitest_main.h"
+#include "mpi/mpitest_util.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_run.h"
 #include "train/data.h"
@@ -32,11 +33,7 @@ using ringstep::testing::world;
 namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("ringstep_onebit_" + name + "_" + std::to_string(world().size()));
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
-  return dir;
+  return testing::fresh_dir(world(), "onebit", name);
 }
 
 Config OneBitRun(const std::string& out_dir, int steps, int freeze_step) {

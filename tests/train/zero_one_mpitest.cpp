@@ -15,6 +15,7 @@
 #include "core/files.h"
 #include "models/gpt.h"
 #include "mpi/mpitest_main.h"
+#include "mpi/mpitest_util.h"
 #include "optim/zero_one_adam.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -28,11 +29,7 @@ using ringstep::testing::world;
 namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("ringstep_zero_one_" + name + "_" + std::to_string(world().size()));
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
-  return dir;
+  return testing::fresh_dir(world(), "zero_one", name);
 }
 
 // T_v = {1, 2, 4, 6}; compressed 3, 5, 7, 8; F = 8; then syncs 9-12, 14, 16, 19, 20 and
