@@ -48,15 +48,20 @@ void BM_MomentumThenEncode(benchmark::State& state) {
   state.SetItemsProcessed(int64_t(state.iterations() * kCount));
 }
 
+// 1-bit Adam's momentum formed inside the coding pass: z += beta1 m + (1 - beta1) g scale.
+SignInput momentum_input(Bucket& k) {
+  return [&k](size_t b, size_t e, float* __restrict z) {
+    const float* __restrict m = k.m.data() + b;
+    const float* __restrict g = k.g.data() + b;
+#pragma omp simd
+    for (size_t i = 0; i < e - b; ++i) z[i] += kBeta1 * m[i] + (1.0f - kBeta1) * (g[i] * kScale);
+  };
+}
+
 void BM_EncodeFormingMomentum(benchmark::State& state) {
   Bucket k;
   for (auto _ : state) {
-    const SignInput input = [&k](size_t b, size_t e, float* __restrict z) {
-      const float* __restrict m = k.m.data() + b;
-      const float* __restrict g = k.g.data() + b;
-#pragma omp simd
-      for (size_t i = 0; i < e - b; ++i) z[i] += kBeta1 * m[i] + (1.0f - kBeta1) * (g[i] * kScale);
-    };
+    const SignInput input = momentum_input(k);
     benchmark::DoNotOptimize(k.call.encode(input, k.e.data()));
   }
   state.SetItemsProcessed(int64_t(state.iterations() * kCount));
@@ -69,12 +74,7 @@ void BM_EncodeDecodeThreads(benchmark::State& state) {
   omp_set_num_threads(int(state.range(0)));
   Bucket k;
   for (auto _ : state) {
-    const SignInput input = [&k](size_t b, size_t e, float* __restrict z) {
-      const float* __restrict m = k.m.data() + b;
-      const float* __restrict g = k.g.data() + b;
-#pragma omp simd
-      for (size_t i = 0; i < e - b; ++i) z[i] += kBeta1 * m[i] + (1.0f - kBeta1) * (g[i] * kScale);
-    };
+    const SignInput input = momentum_input(k);
     benchmark::DoNotOptimize(k.call.encode(input, k.e.data()));
     k.call.decode(k.m.data());
   }
