@@ -35,6 +35,10 @@ import subprocess
 import sys
 import tempfile
 
+# mpirun as root (CI, the workplace machines) refuses to start without these.
+os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+
 FREEZE_STEP = 3  # configs/bench_onebit.yaml's optimizer.onebit.freeze_step
 
 
