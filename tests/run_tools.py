@@ -63,3 +63,22 @@ def wait_for_steps(run_dir, n, proc, poll_s=0.005):
         if proc.poll() is not None:
             fail(f"the run ended before step {n}:\n{proc.communicate()[0]}")
         time.sleep(poll_s)
+
+
+def committed_stop(out, run_dir, steps):
+    """The step a signal stopped RUN_DIR's run at (its "stopped by a signal" line in OUT) and
+    that step's checkpoint, which must be committed before the run's last step."""
+    stopped = int(out.split("stopped by a signal after step ")[1].split(";")[0])
+    ckpt = os.path.join(run_dir, "checkpoints", f"step-{stopped}")
+    if not os.path.exists(os.path.join(ckpt, "manifest.json")) or stopped >= steps:
+        fail(f"no committed checkpoint at {ckpt} (stopped at {stopped} of {steps})")
+    return stopped, ckpt
+
+
+def expect_resumed_bit_exact(out, ckpt, stopped, straight, split):
+    """OUT, a rerun of SPLIT, resumed from CKPT, and SPLIT's loss curve is STRAIGHT's."""
+    if f"resuming from {ckpt} (step {stopped})" not in out:
+        fail(f"the rerun did not resume from {ckpt}:\n{out}")
+    a, b = losses(straight), losses(split)
+    if a != b:
+        fail(f"loss curves differ:\nstraight {a}\nresumed  {b}")

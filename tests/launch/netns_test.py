@@ -32,7 +32,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import run_tools  # noqa: E402
-from run_tools import fail, losses, records  # noqa: E402
+from run_tools import (committed_stop, expect_resumed_bit_exact, fail,  # noqa: E402
+                       losses, records)
 
 SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 RINGSTEP, MPITESTS, CASE = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), sys.argv[3]
@@ -177,16 +178,9 @@ def case_sigterm(tmp):
         rc, out = finish(proc)
         if rc != 0 or "stopped by a signal after step" not in out:
             fail(f"SIGTERM: exit {rc}, expected 0 and the stop line:\n{out}")
-        stopped = int(out.split("stopped by a signal after step ")[1].split(";")[0])
-        ckpt = os.path.join(split, "checkpoints", f"step-{stopped}")
-        if not os.path.exists(os.path.join(ckpt, "manifest.json")) or stopped >= steps:
-            fail(f"no committed checkpoint at {ckpt} (stopped at {stopped} of {steps})")
+        stopped, ckpt = committed_stop(out, split, steps)
         out = run(hosts.launch(train_args(split, steps, extra)))
-        if f"resuming from {ckpt} (step {stopped})" not in out:
-            fail(f"the rerun did not resume from {ckpt}:\n{out}")
-    a, b = losses(straight), losses(split)
-    if a != b:
-        fail(f"loss curves differ:\nstraight {a}\nresumed  {b}")
+    expect_resumed_bit_exact(out, ckpt, stopped, straight, split)
     print(f"ok: SIGTERM to rank 1 on the second host stopped after step {stopped}, "
           f"checkpoint committed, {steps} steps resumed across hosts bit-exact")
 

@@ -20,7 +20,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import run_tools  # noqa: E402
-from run_tools import fail, losses, wait_for_steps  # noqa: E402
+from run_tools import (committed_stop, expect_resumed_bit_exact, fail,  # noqa: E402
+                       wait_for_steps)
 
 RINGSTEP, MPIEXEC, CASE = sys.argv[1:4]
 NP = 2
@@ -78,16 +79,9 @@ def case_sigterm(tmp):
     rc, out = finish(proc)
     if rc != 0 or "stopped by a signal after step" not in out:
         fail(f"SIGTERM: exit {rc}, expected 0 and the stop line:\n{out}")
-    stopped = int(out.split("stopped by a signal after step ")[1].split(";")[0])
-    ckpt = os.path.join(split, "checkpoints", f"step-{stopped}")
-    if not os.path.exists(os.path.join(ckpt, "manifest.json")) or stopped >= steps:
-        fail(f"no committed checkpoint at {ckpt} (stopped at {stopped} of {steps})")
+    stopped, ckpt = committed_stop(out, split, steps)
     out = run(command(split, steps, small))
-    if f"resuming from {ckpt} (step {stopped})" not in out:
-        fail(f"the rerun did not resume from {ckpt}:\n{out}")
-    a, b = losses(straight), losses(split)
-    if a != b:
-        fail(f"loss curves differ:\nstraight {a}\nresumed  {b}")
+    expect_resumed_bit_exact(out, ckpt, stopped, straight, split)
     print(f"ok: SIGTERM to rank {NP - 1} stopped after step {stopped}, checkpoint committed, "
           f"{steps} steps resumed bit-exact")
 
