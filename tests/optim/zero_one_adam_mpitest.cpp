@@ -81,16 +81,23 @@ void drive(const Registry& reg, ZeroOneAdam& opt, FlatBuffer& params, Reducer& r
   }
 }
 
-// The real transport: one sign_allreduce over the whole vector, cut at the tensors.
-struct CommReducer final : Reducer {
-  explicit CommReducer(std::vector<size_t> e) : ends(std::move(e)) {}
-  int world() const override { return testing::world().size(); }
-  void average(float*, size_t) override { FAIL() << "not used"; }
+// A Reducer that only exchanges signs, whole, at finish: begin keeps the call's buffers.
+struct WholeSignReducer : Reducer {
+  void average(float*, size_t) override { ADD_FAILURE() << "not used"; }
   bool any_rank(bool flag) override { return flag; }
   void begin_sign_average(float* b, float* w, float* s, size_t n, const SignCode& c, Part,
                           Input) override {
     buf = b, we = w, se = s, count = n, code = c;
   }
+  float *buf = nullptr, *we = nullptr, *se = nullptr;
+  size_t count = 0;
+  SignCode code;
+};
+
+// The real transport: one sign_allreduce over the whole vector, cut at the tensors.
+struct CommReducer final : WholeSignReducer {
+  explicit CommReducer(std::vector<size_t> e) : ends(std::move(e)) {}
+  int world() const override { return testing::world().size(); }
   SignExchange finish_sign_average(const Part& finish) override {
     const SignAllreduceStats st =
         sign_allreduce(testing::world(), buf, count, ends, we, se, code.scale);
@@ -98,9 +105,6 @@ struct CommReducer final : Reducer {
     return {st.bytes_sent, st.worker_sq_err, st.worker_sq_norm};
   }
   std::vector<size_t> ends;
-  float *buf = nullptr, *we = nullptr, *se = nullptr;
-  size_t count = 0;
-  SignCode code;
 };
 
 // N threads, one per simulated rank, meeting at each sign_average.
@@ -110,15 +114,9 @@ struct Sim {
   std::barrier<> meet;
 };
 
-struct SimReducer final : Reducer {
+struct SimReducer final : WholeSignReducer {
   SimReducer(Sim& s, int r) : sim(s), rank(r) {}
   int world() const override { return sim.sign.ranks(); }
-  void average(float*, size_t) override { ADD_FAILURE() << "not used"; }
-  bool any_rank(bool flag) override { return flag; }
-  void begin_sign_average(float* b, float* w, float* s, size_t n, const SignCode& c, Part,
-                          Input) override {
-    buf = b, we = w, se = s, count = n, code = c;
-  }
   SignExchange finish_sign_average(const Part& finish) override {
     const size_t r = size_t(rank);
     std::memcpy(sim.sign.x[r].data(), buf, count * sizeof(float));
@@ -136,9 +134,6 @@ struct SimReducer final : Reducer {
   }
   Sim& sim;
   int rank;
-  float *buf = nullptr, *we = nullptr, *se = nullptr;
-  size_t count = 0;
-  SignCode code;
 };
 
 // What is compared after each step: params, m, u, e_w, e_s.
