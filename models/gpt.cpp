@@ -121,7 +121,8 @@ void Gpt::recompute_block(int l, const void* x, LayerActs& a, Keep k) {
   be.gelu_forward(a.fch_gelu, a.fch, 4 * N, C, ar);
 }
 
-void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& d) {
+void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& d,
+                         const std::function<void(int unit)>& unit_done) {
   const Layer& L = layer(l);
   const int N = B_ * T_, C = config().d_model, NH = config().n_heads;
   const size_t NC = size_t(N) * C;
@@ -134,6 +135,7 @@ void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& 
   be.linear_backward(d.dln, g(L.fc_w), g(L.fc_b), dh, a.ln2, p(L.fc_w), N, C, 4 * C, ar);
   be.layernorm_backward(d.dres, g(L.ln2_w), g(L.ln2_b), d.dln, a.res2, p(L.ln2_w), a.ln2_mean,
                         a.ln2_rstd, N, C, ar);
+  if (unit_done) unit_done(spec_.mlp_unit(l));
   // res2 = x + proj(attn(ln1(x)))
   float* dqkv = d.big;
   float* datty = d.big + 3 * NC;
@@ -143,6 +145,7 @@ void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& 
   be.linear_backward(d.dln, g(L.qkv_w), g(L.qkv_b), dqkv, a.ln1, p(L.qkv_w), N, C, 3 * C, ar);
   be.layernorm_backward(d.dres, g(L.ln1_w), g(L.ln1_b), d.dln, x, p(L.ln1_w), a.ln1_mean,
                         a.ln1_rstd, N, C, ar);
+  if (unit_done) unit_done(spec_.attention_unit(l));
 }
 
 // --- the model ---------------------------------------------------------------------------
@@ -237,7 +240,7 @@ void Gpt::head_backward(float dloss_scale) {
   arena.release_to(head_mark_);  // final LayerNorm, probabilities, dlogits
 }
 
-void Gpt::backward(float dloss_scale, Arena& arena, const std::function<void(int)>& layer_done) {
+void Gpt::backward(float dloss_scale, Arena& arena, const std::function<void(int)>& unit_done) {
   if (d_.dres == nullptr) throw std::logic_error("Gpt::backward without a training forward");
   arena_ = &arena;
   recompute_ms_ = 0;
@@ -254,13 +257,12 @@ void Gpt::backward(float dloss_scale, Arena& arena, const std::function<void(int
       recompute_block(l, x, a, k);
       recompute_ms_ += double(steady_now_ns() - t0) / 1e6;
     }
-    block_backward(l, x, a, d_);
+    block_backward(l, x, a, d_, unit_done);
     arena.release_to(layer_marks_[l]);  // this block's activations and rebuilt tensors
-    if (layer_done) layer_done(l);
   }
   backend_->encoder_backward(g(spec_.wte()), g(spec_.wpe()), d_.dres, inputs_, B_, T_,
                              config().d_model, arena);
-  if (layer_done) layer_done(-1);
+  if (unit_done) unit_done(spec_.embedding_unit());
   arena.release_to(forward_mark_);
   d_ = DBufs{};
 }

@@ -3,8 +3,8 @@
 // a final LayerNorm and an LM head tied to the token embedding. All parameters live in one
 // flat buffer laid out by one registry (docs/formats.md lists the order); gradients live
 // in a second buffer with the same layout. forward() saves activations in the caller's
-// arena; backward() adds into the gradient buffer and reports each finished layer so the
-// trainer can start reducing it while earlier layers are still computing.
+// arena; backward() adds into the gradient buffer and reports each finished unit (half a
+// block) so the trainer can start reducing it while earlier layers are still computing.
 //
 // Every op on activations runs on the model's Backend (core/backend.h), which owns how
 // activations are stored and computed. Precision (docs/precision.md): parameters,
@@ -68,11 +68,11 @@ class Gpt {
   // Loss only (evaluation); activations are released before returning.
   float evaluate(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena);
 
-  // Adds d(dloss_scale * mean loss)/d(params) into grads(). LAYER_DONE(l) is called once the
-  // gradients of block l are final (l = n_layers-1 ... 0), then LAYER_DONE(-1) once the
-  // embeddings' and final LayerNorm's are.
+  // Adds d(dloss_scale * mean loss)/d(params) into grads(). UNIT_DONE(u) is called once the
+  // gradients of unit u of spec().bucket_units() are final, for u = 0, 1, ... in order: each
+  // block's MLP half, then its attention half, from the last block down, then the embeddings.
   void backward(float dloss_scale, Arena& arena,
-                const std::function<void(int layer)>& layer_done = nullptr);
+                const std::function<void(int unit)>& unit_done = nullptr);
 
   // Bytes of arena the forward + backward (or evaluate) of one B x T micro-batch needs,
   // exactly: runs them on a counting arena (core/arena.h), making every allocation, the
@@ -148,7 +148,9 @@ class Gpt {
                     bool for_backward);
   void block_forward(int l, const void* x, LayerActs& a);
   void recompute_block(int l, const void* x, LayerActs& a, Keep k);
-  void block_backward(int l, const void* x, const LayerActs& a, const DBufs& d);
+  // Calls UNIT_DONE between its MLP half and its attention half, and after the latter.
+  void block_backward(int l, const void* x, const LayerActs& a, const DBufs& d,
+                      const std::function<void(int unit)>& unit_done);
   // The final LayerNorm, logits and loss on the last block's output X; returns the mean loss.
   float head_forward(const void* x);
   void head_backward(float dloss_scale);

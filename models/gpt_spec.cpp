@@ -126,10 +126,12 @@ std::vector<std::pair<size_t, size_t>> GptSpec::bucket_units() const {
   const size_t total = reg_.total_numel();
   std::vector<std::pair<size_t, size_t>> units;
   for (int l = L - 1; l >= 0; --l) {
-    auto r = layer_range(l);
-    if (l == L - 1) r.second = total;
-    if (l > 0) r.first = layer_range(l - 1).second;  // padding belongs to the block above
-    units.push_back(r);
+    auto [begin, end] = layer_range(l);
+    if (l == L - 1) end = total;
+    if (l > 0) begin = layer_range(l - 1).second;  // padding belongs to the block above
+    const size_t mlp = reg_.at(block(l).ln2_w).offset;
+    units.push_back({mlp, end});
+    units.push_back({begin, mlp});
   }
   units.push_back({0, L > 0 ? layer_range(0).first : total});
   return units;

@@ -99,11 +99,17 @@ class GptSpec {
   // wte, wpe and the final LayerNorm (with the padding to the buffer's end).
   std::vector<std::pair<size_t, size_t>> embedding_ranges() const;
   // The gradient buffer cut in the order backward finishes it, each unit just below the
-  // previous one and together the whole buffer, padding included: the last block with the
-  // final LayerNorm (done even earlier), ..., block 0, then the embeddings (wte is final
-  // only at the end). Unit u holds block L-1-u and the padding between it and the block
-  // below; the last unit holds the embeddings.
+  // previous one and together the whole buffer, padding included. Each block is two units,
+  // as its backward finishes them: its MLP half (ln2, fc, the MLP's projection; the last
+  // block's also holds the final LayerNorm, done even earlier), then its attention half
+  // (ln1, qkv, attention's projection, and the padding between the block and the one
+  // below). The last unit holds the embeddings (wte is final only at the end).
   std::vector<std::pair<size_t, size_t>> bucket_units() const;
+  // Indices into bucket_units(): block LAYER's halves, and the embeddings'.
+  static constexpr int kUnitsPerBlock = 2;  // its MLP half, then its attention half
+  int mlp_unit(int layer) const { return kUnitsPerBlock * (cfg_.n_layers - 1 - layer); }
+  int attention_unit(int layer) const { return mlp_unit(layer) + 1; }
+  int embedding_unit() const { return kUnitsPerBlock * cfg_.n_layers; }
   // Each matrix product's weight offset and the op it is timed as (core/timed_backend.h).
   std::vector<std::pair<size_t, Op>> weight_ops() const;
 

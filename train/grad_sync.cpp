@@ -88,7 +88,6 @@ void GradSync::setup(FlatBuffer& grads, const GptSpec& spec) {
     pinned_ = {staging_.data(), [&rt](void* p) { rt.unpin_host(p); }};
     grads_ = staging_.data();
   }
-  n_layers_ = spec.config().n_layers;
   const std::vector<std::pair<size_t, size_t>> units = spec.bucket_units();
   buckets_ = make_buckets(units, size_t(cfg_.bucket_mb * 1024 * 1024));
   std::vector<size_t> starts;
@@ -123,14 +122,13 @@ void GradSync::enqueue_bucket(size_t b) {
   pending_[b]->enqueued = true;
 }
 
-std::function<void(int)> GradSync::layer_hook() {
+std::function<void(int)> GradSync::unit_hook() {
   if (world_ <= 1 || !cfg_.overlap) return nullptr;
-  // The embeddings (layer -1) finish as backward ends: their bucket is queued by finish() or
-  // wait_sign_sent(), so that it counts as in flight inside the step's wait, where the
-  // engine thread's start-up takes the core, and never inside backward's time.
-  return [this](int layer) {
-    if (layer < 0) return;
-    const int unit = n_layers_ - 1 - layer;
+  // The embeddings (the last unit) finish as backward ends: their bucket is queued by
+  // finish() or wait_sign_sent(), so that it counts as in flight inside the step's wait,
+  // where the engine thread's start-up takes the core, and never inside backward's time.
+  return [this](int unit) {
+    if (size_t(unit) + 1 == bucket_of_unit_.size()) return;
     const size_t b = size_t(bucket_of_unit_[unit]);
     if (buckets_[b].last_unit != unit) return;
     if (!sign_.active)
@@ -208,14 +206,16 @@ void GradSync::set_sign_code(const SignCode& code) {
 SignCost GradSync::measure_sign_code(const float* buf, size_t n, const SignCode& code) {
   if (world_ == 1 || sign_.active || buckets_.empty() || n != buckets_.front().end) return {};
   set_sign_code(code);
-  FlatBuffer error(n), out(n);
+  FlatBuffer error(n), server_error(n), out(n);
   error.zero();
+  server_error.zero();
   out.zero();  // its pages touched outside the clock
   SignCost cost;
   const int64_t t0 = steady_now_ns();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& k = buckets_[b];
     cost.sent_bytes += sign_calls_[b].encode(buf + k.begin, error.data() + k.begin).bytes_sent;
+    sign_calls_[b].serve_alone(server_error.data() + k.begin);
     sign_calls_[b].decode(out.data() + k.begin);
   }
   cost.code_ms = double(steady_now_ns() - t0) / 1e6;

@@ -1,8 +1,8 @@
 // Gradient synchronisation for data parallelism, DDP style: the gradient buffer is cut into
-// buckets of about comm.bucket_mb, in reverse layer order (the order backward finishes
-// them); on the last micro-batch each bucket's AllReduce is enqueued on the comm engine as
-// soon as backward has finished all its layers, so it runs while earlier layers are still
-// computing. finish() waits for all of them; gradients come back averaged over ranks.
+// buckets of about comm.bucket_mb, made of the model's units (GptSpec::bucket_units: half
+// blocks, in the order backward finishes them); on the last micro-batch each bucket's
+// AllReduce is enqueued on the comm engine as soon as backward has finished its units, so
+// it runs while earlier layers are still computing. finish() waits for all of them; gradients come back averaged over ranks.
 // Also the small per-step agreements the trainer needs: mean loss, every rank's phase
 // times for the `ranks` block, the loss scaler's skip flag and the replica checksum; and
 // the Reducer an optimizer is handed (optim/reducer.h), whose sign_average runs 1-bit Adam's
@@ -101,9 +101,9 @@ class GradSync final : public Reducer {
   void setup(Gpt& model);
   // The same for GRADS laid out by SPEC (what setup(Gpt&) passes; a test's own buffer).
   void setup(FlatBuffer& grads, const GptSpec& spec);
-  // The per-layer hook to pass to Gpt::backward on the last micro-batch: null with one
+  // The per-unit hook to pass to Gpt::backward on the last micro-batch: null with one
   // rank or when comm.overlap is false.
-  std::function<void(int)> layer_hook();
+  std::function<void(int)> unit_hook();
   Result finish();
   // Every rank's loss, phases and (1-bit Adam) compression error sums → what every rank learns.
   StepView agree(float loss, const PhaseTimes& local, const SignExchange& exchange = {});
@@ -117,7 +117,7 @@ class GradSync final : public Reducer {
   void average(float* buf, size_t n) override;
   // Reducer: one sign_allreduce per bucket (a part, in the Reducer's sense), pipelined: this
   // thread prepares and encodes each bucket and queues its exchange on the engine, then
-  // waits for each in turn, decodes it and finishes it. Between begin and finish, the layer
+  // waits for each in turn, decodes it and finishes it. Between begin and finish, the unit
   // hook starts each bucket as backward finishes it (1-bit Adam's exchange under backward).
   // The segments are the registry's tensors cut into CODE.block blocks (split_segments).
   // The exchanges' spans and the waits are the step's communication: collect them with
@@ -128,7 +128,7 @@ class GradSync final : public Reducer {
   // Reducer: finish()'s last measurement; one encode and decode of every bucket.
   ExchangeCost last_gradient_exchange() const override { return last_gradient_; }
   SignCost measure_sign_code(const float* buf, size_t n, const SignCode& code) override;
-  // Between begin and finish: starts the buckets the layer hook has not, and waits for every
+  // Between begin and finish: starts the buckets the unit hook has not, and waits for every
   // bucket, timed as the exchange's wait, so that the bookkeeping collectives queued next do
   // not wait behind them.
   void wait_sign_sent();
@@ -168,7 +168,6 @@ class GradSync final : public Reducer {
   FlatBuffer* device_grads_ = nullptr;  // the model's gradients when they are staged
   FlatBuffer staging_;                  // host copy of device gradients (or parameters)
   std::unique_ptr<void, std::function<void(void*)>> pinned_;  // staging_ page-locked
-  int n_layers_ = 0;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_unit_;
   struct Pending;

@@ -184,15 +184,17 @@ void check_parallel(const Config& cfg, const PlanCluster& c) {
 namespace {
 
 // The gradient units one rank of the last pipeline stage holds, in backward order, each
-// divided among the tensor ranks: its blocks (units 0 .. L/p - 1) and, with one stage, the
-// embeddings; with several, the last stage's copy of the tied token embedding. Without
-// model parallelism, the spec's units as they are.
+// divided among the tensor ranks: its blocks' halves (units 0 .. 2 L/p - 1) and, with one
+// stage, the embeddings; with several, the last stage's copy of the tied token embedding.
+// Without model parallelism, the spec's units as they are.
 std::vector<std::pair<size_t, size_t>> stage_units(const GptSpec& spec, const ModelParallel& mp) {
   const auto units = spec.bucket_units();
   if (mp.model_ranks() == 1) return units;
-  const size_t stage_layers = size_t(spec.config().n_layers / mp.pipeline);
+  const int L = spec.config().n_layers, stage_layers = L / mp.pipeline;
+  const int stage_units = spec.attention_unit(L - stage_layers) + 1;  // down to its lowest block
   std::vector<size_t> sizes;
-  for (size_t u = 0; u < stage_layers; ++u) sizes.push_back(units[u].second - units[u].first);
+  for (int u = 0; u < stage_units; ++u)
+    sizes.push_back(units[size_t(u)].second - units[size_t(u)].first);
   const Registry& reg = spec.registry();
   sizes.push_back(mp.pipeline == 1 ? units.back().second - units.back().first
                                    : reg.tensors()[spec.wte()].numel);
@@ -263,13 +265,27 @@ Prediction predict(const Config& cfg, const PlanDevice& dev, const PlanCluster& 
   }
 
   // The last micro-batch's backward: the head, then this stage's blocks from the top, then
-  // (one stage) the embeddings; unit u (block L-1-u) is done after the head and u + 1 blocks.
+  // (one stage) the embeddings. Units 2k and 2k + 1 are the MLP and attention halves of the
+  // k-th block from the top: done after the head, k blocks and the MLP's share of a block
+  // (its products and GELU against the block's ops), and after k + 1 blocks.
   const double bwd = (r.backward_ms + tensor_bwd_ms) / A;
   const double head =
       (op_ms(OpPhase::backward, Op::lm_head) + op_ms(OpPhase::backward, Op::softmax_xent)) / A;
   const double emb = op_ms(OpPhase::backward, Op::embedding) / A;
   const double block = stage_layers > 0 ? std::max(0.0, bwd - head - emb) / stage_layers : 0;
-  auto unit_done = [&](int u) { return u < stage_layers ? head + (u + 1) * block : bwd; };
+  double mlp_ms = 0, block_ms = 0;
+  for (Op op : {Op::layernorm, Op::qkv, Op::attention, Op::attn_proj, Op::mlp_fc, Op::gelu,
+                Op::mlp_proj}) {
+    const double ms = op_ms(OpPhase::backward, op);
+    block_ms += ms;
+    if (op == Op::mlp_fc || op == Op::gelu || op == Op::mlp_proj) mlp_ms += ms;
+  }
+  const double mlp_share = block_ms > 0 ? mlp_ms / block_ms : 0.5;
+  auto unit_done = [&](int u) {
+    const int k = u / GptSpec::kUnitsPerBlock;
+    if (k >= stage_layers) return bwd;
+    return head + (k + (u % GptSpec::kUnitsPerBlock == 0 ? mlp_share : 1.0)) * block;
+  };
 
   const std::vector<std::pair<size_t, size_t>> units = stage_units(spec, mp);
   double n = 0;  // the elements of this rank's parameters (and gradients)

@@ -274,7 +274,7 @@ double Trainer::micro_batch(int micro, bool traced, bool hook) {
   const float dloss = float(state_.scaler.scale() / cfg_.train.grad_accum_steps);
   timed(&PhaseTimes::backward, "backward", traced, [&] {
     auto ops = op_scope(OpPhase::backward, traced);
-    model_.backward(dloss, arena_, last ? sync_.layer_hook() : nullptr);
+    model_.backward(dloss, arena_, last ? sync_.unit_hook() : nullptr);
   });
   timer_.add_ms(&PhaseTimes::recompute, model_.last_recompute_ms());
   return loss;

@@ -65,19 +65,26 @@ TEST(GptSpec, EachBlockIsOneContiguousRange) {
   EXPECT_LE(prev_end, spec.embedding_ranges()[2].first);
 }
 
-// Unit u holds exactly block L-1-u's tensors (the first also the final LayerNorm, the last
-// the embeddings), and the units tile the whole buffer, padding included.
+// Units 2(L-1-l) and 2(L-1-l)+1 hold exactly block l's MLP half (ln2, mlp.*) and its
+// attention half (ln1, attn.*); the first also the final LayerNorm, the last the embeddings;
+// and the units tile the whole buffer, padding included.
 TEST(GptSpec, BucketUnitsTileTheBufferInBackwardOrder) {
   const GptSpec spec(Model());
   const auto units = spec.bucket_units();
   const int L = Model().n_layers;
-  ASSERT_EQ(int(units.size()), L + 1);
+  ASSERT_EQ(int(units.size()), 2 * L + 1);
+  EXPECT_EQ(spec.embedding_unit(), 2 * L);
   EXPECT_EQ(units.front().second, spec.registry().total_numel());
   EXPECT_EQ(units.back().first, 0u);
   for (size_t u = 1; u < units.size(); ++u) EXPECT_EQ(units[u].second, units[u - 1].first);
   for (const TensorInfo& t : spec.registry().tensors()) {
-    int want = L;  // the embeddings' unit
-    if (t.name.rfind("h.", 0) == 0) want = L - 1 - std::stoi(t.name.substr(2));
+    int want = 2 * L;  // the embeddings' unit
+    if (t.name.rfind("h.", 0) == 0) {
+      const int l = std::stoi(t.name.substr(2));
+      const bool mlp = t.name.find(".ln2.") != std::string::npos ||
+                       t.name.find(".mlp.") != std::string::npos;
+      want = 2 * (L - 1 - l) + (mlp ? 0 : 1);
+    }
     if (t.name.rfind("lnf", 0) == 0) want = 0;
     const auto [b, e] = units[size_t(want)];
     EXPECT_TRUE(t.offset >= b && t.offset + t.numel <= e) << t.name;

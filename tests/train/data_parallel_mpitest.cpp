@@ -53,7 +53,7 @@ std::vector<float> Train(Gpt& m, AdamW& opt, GradSync* sync, int steps, int B, b
     const size_t off = local_only ? 0 : size_t(r) * B * T;
     m.grads().zero();
     float loss = m.forward(in.data() + off, tg.data() + off, rows, T, arena);
-    m.backward(1.0f, arena, sync ? sync->layer_hook() : nullptr);
+    m.backward(1.0f, arena, sync ? sync->unit_hook() : nullptr);
     if (sync) {
       sync->finish();
       PhaseTimes pt;

@@ -288,7 +288,7 @@ class StagedRuntime final : public Runtime {
 };
 
 // Staged gradients with overlap: each bucket but the embeddings' leaves the "device" when
-// backward finishes its last block, in backward order, before finish() is called; finish()
+// backward finishes its last unit, in backward order, before finish() is called; finish()
 // stages the rest. Every bucket is copied out and back once, no whole-buffer copy, and the
 // result is the exact mean of integer-valued gradients. Without overlap, the same result,
 // every bucket staged by finish().
@@ -310,17 +310,17 @@ TEST(GradSyncMpi, StagedBucketsLeaveAsBackwardFinishesThemAndAverageExactly) {
       EXPECT_EQ(rt.pins, W > 1 ? 1 : 0);
       const std::vector<Bucket>& buckets = sync.buckets();
       ASSERT_GT(buckets.size(), 2u);
-      const std::function<void(int)> hook = sync.layer_hook();
+      const std::function<void(int)> hook = sync.unit_hook();
       ASSERT_EQ(bool(hook), overlap && W > 1);
       size_t out_before_finish = 0;
       if (hook) {
-        for (int layer = 2; layer >= 0; --layer) hook(layer);
+        for (int unit = 0; unit < spec.embedding_unit(); ++unit) hook(unit);
         out_before_finish = rt.out_bytes.size();
-        hook(-1);  // the embeddings' bucket is finish()'s
+        hook(spec.embedding_unit());  // the embeddings' bucket is finish()'s
         EXPECT_EQ(rt.out_bytes.size(), out_before_finish);
       }
       size_t block_buckets = 0;
-      for (const Bucket& k : buckets) block_buckets += k.last_unit < 3 ? 1 : 0;
+      for (const Bucket& k : buckets) block_buckets += k.last_unit < spec.embedding_unit() ? 1 : 0;
       EXPECT_EQ(out_before_finish, hook ? block_buckets : 0);
       sync.finish();
       if (W > 1) {
