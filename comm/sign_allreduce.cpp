@@ -524,6 +524,13 @@ void SignAllreduce::exchange(Communicator& comm, float* server_error, int tag) {
       comm, [&](int) { return static_cast<const std::byte*>(own); }, m.gathered.data(), bytes, tag);
 }
 
+void SignAllreduce::serve_alone(float* server_error) {
+  Impl& m = *impl_;
+  std::vector<const std::byte*> in(static_cast<size_t>(m.nranks), m.block(m.send, m.rank));
+  serve_chunk(in.data(), m.nranks, m.layout, m.rank, server_error, m.kind,
+              m.block(m.gathered, m.rank), m.acc);
+}
+
 void SignAllreduce::decode(float* x) const {
   Impl& m = *impl_;
   const Layout& L = m.layout;

@@ -121,6 +121,9 @@ class SignAllreduce {
   // The all-to-all, the server stage on this rank's chunk of SERVER_ERROR, the allgather.
   // Collective, after encode, with the same tag on every rank (0 <= tag < 32768).
   void exchange(Communicator& comm, float* server_error, int tag);
+  // exchange()'s server stage alone, every rank's message taken to be this rank's own: its
+  // work without the communication, to measure what it costs (1-bit Adam's compress: auto).
+  void serve_alone(float* server_error);
   // X[0, count) = the mean, the same bits on every rank (after exchange).
   void decode(float* x) const;
 

@@ -41,7 +41,7 @@ struct ExchangeCost {
 
 // What coding a vector for sign_average costs this rank, measured without an exchange.
 struct SignCost {
-  double code_ms = 0;     // the worker stage and the output's decoding, every part
+  double code_ms = 0;     // the worker stage, the server stage and the decoding, every part
   size_t sent_bytes = 0;  // what sign_average would send from this rank
 };
 
@@ -77,7 +77,7 @@ class Reducer {
   }
   // sign_average in two halves, for input that becomes ready part by part (1-bit Adam's
   // momentum during backward): after begin_sign_average the reducer may prepare and send
-  // parts as the caller reports them ready (GradSync: through backward's layer hook);
+  // parts as the caller reports them ready (GradSync: through backward's unit hook);
   // finish_sign_average prepares and sends the rest, then finishes every part; with an empty
   // FINISH (a step abandoned) nothing is decoded and BUF is left as it was. Other
   // collectives may run in between (they queue behind the parts sent). Both are collectives.

@@ -63,6 +63,40 @@ TEST(SignAllreduce, MatchesSimulationBitForBit) {
   }
 }
 
+// serve_alone() is exchange()'s server stage: where every rank sends the same message (and
+// holds the same server error), it leaves the same server error on this rank's chunk, and
+// the same decoded chunk, with no message sent.
+TEST(SignAllreduce, ServeAloneIsTheServerStageOfRanksThatAgree) {
+  auto& comm = world();
+  const int n = comm.size(), r = comm.rank();
+  const size_t count = 37 * 8 * size_t(n) + 3;
+  const std::vector<size_t> ends = split_segments({count / 3, count}, count, 24);
+  const size_t chunk = sign_chunk_elems(count, n);
+  const size_t mine = std::min(count, size_t(r) * chunk);
+  const size_t mine_end = std::min(count, mine + chunk);
+  std::vector<float> x(count);
+  for (size_t i = 0; i < count; ++i) x[i] = testing::sign_input(0, i, 0);
+  for (OneBitScale kind : {OneBitScale::mean_abs, OneBitScale::l2}) {
+    SCOPED_TRACE(name(kind));
+    std::vector<float> ew(count, 0.0f), es(count), out(count, 0.0f);
+    for (size_t i = 0; i < count; ++i) es[i] = 0.25f * testing::sign_input(1, i, 0);
+    const std::vector<float> es_before = es;
+    SignAllreduce both(count, ends, n, r, kind);
+    both.encode(x.data(), ew.data());
+    both.exchange(comm, es.data(), 0);
+    both.decode(out.data());
+    std::vector<float> ew_alone(count, 0.0f), es_alone = es_before, out_alone(count, 0.0f);
+    SignAllreduce alone(count, ends, n, r, kind);
+    alone.encode(x.data(), ew_alone.data());
+    alone.serve_alone(es_alone.data());
+    alone.decode(out_alone.data());
+    EXPECT_TRUE(same_bits(es.data() + mine, es_alone.data() + mine, mine_end - mine));
+    EXPECT_TRUE(same_bits(out.data() + mine, out_alone.data() + mine, mine_end - mine));
+    // A stage that did nothing would leave the error as it was.
+    EXPECT_FALSE(same_bits(es_alone.data() + mine, es_before.data() + mine, mine_end - mine));
+  }
+}
+
 // Longer vectors: several scale runs per segment and several groups of segments (one edge
 // inside a byte), coded on a team of threads.
 TEST(SignAllreduce, LongVectorsMatchSimulationBitForBit) {
