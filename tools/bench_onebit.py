@@ -23,7 +23,7 @@ With --hosts (root), each rank runs on a namespace host of launch/testhosts inst
 bandwidth is the kernel-shaped rate of every host's link (tbf, both directions), with no
 application-level emulation: the two columns of docs/comm.md's comparison.
 
-Usage: tools/bench_onebit.py [--bandwidths 10,1,0.25,0.1] [--rounds 1] [--steps 10]
+Usage: tools/bench_onebit.py [--bandwidths 10,1,0.25,0.1] [--rounds 1] [--steps 14]
                              [--floor-gbps 10] [--np 2] [--bin build/ringstep] [--hosts]
                              [--set key=value ...]
 """
@@ -39,7 +39,7 @@ import tempfile
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
-FREEZE_STEP = 3  # configs/bench_onebit.yaml's optimizer.onebit.freeze_step
+FREEZE_STEP = 6  # configs/bench_onebit.yaml's optimizer.onebit.freeze_step
 
 
 def train(args, out_dir, optimizer, gbps):
@@ -120,7 +120,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--bandwidths", default="10,1,0.25,0.1")
     p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--steps", type=int, default=14)
     p.add_argument("--floor-gbps", default="10")
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--bin", default="build/ringstep")
@@ -130,8 +130,8 @@ def main():
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
-    if args.steps < 5:  # AdamW's first two steps are cold; 1-bit needs two compressed steps
-        p.error("--steps must be at least 5 (bench_onebit.yaml freezes after step 3)")
+    if args.steps < FREEZE_STEP + 2:  # 1-bit needs two compressed steps
+        p.error(f"--steps must be at least {FREEZE_STEP + 2} (bench_onebit.yaml freezes after step {FREEZE_STEP})")
     bandwidths = args.bandwidths.split(",")
     adamw = {g: [] for g in bandwidths}
     onebit = {g: [] for g in bandwidths}
