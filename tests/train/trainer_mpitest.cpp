@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "comm/mpi_communicator.h"
 #include "mpi/mpitest_main.h"
 #include "train/small_run.h"
 #include "train/trainer.h"
@@ -99,7 +100,8 @@ TEST(TrainerMultiRank, ExposedCommBelowCommOnlyWithOverlap) {
     cfg.comm.bucket_mb = 0.05;
     cfg.comm.overlap = overlap;
     cfg.comm.link.bandwidth_gbps = 1;  // slow enough that the reduction takes milliseconds
-    train(cfg, &world());
+    MpiCommunicator linked(MPI_COMM_WORLD, cfg.comm.link);  // as `ringstep train` makes it
+    train(cfg, &linked);
     world().barrier();
     if (world().rank() != 0) continue;
     std::ifstream steps(out / "steps.jsonl");
