@@ -8,6 +8,7 @@
 // (MFU falls below 40% when other jobs take the cores between the peak measurement and
 // the steps) and, with two ranks, straggler (one rank gets less CPU).
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -35,7 +36,9 @@ const MachineInfo& Machine() {
 // SETS, into a fresh directory named after TAG, and analyzes it.
 ReportData TrainAndReport(const std::string& config, int ranks, const std::vector<std::string>& sets,
                const std::string& tag) {
-  const fs::path dir = fs::temp_directory_path() / ("ringstep_gallery_" + tag);
+  // The pid keeps two suites on one machine (a clone's CI beside a work tree's) apart.
+  const fs::path dir =
+      fs::temp_directory_path() / ("ringstep_gallery_" + std::to_string(getpid()) + "_" + tag);
   fs::remove_all(dir);
   std::string cmd = ranks > 1 ? std::string(RINGSTEP_MPIEXEC) +
                                     " --oversubscribe --bind-to none -np " + std::to_string(ranks) + " "
