@@ -209,6 +209,11 @@ void check_cross_fields(const Config& c, const Reader& reader) {
                 "'precision.loss_scale.min_scale' (" + num(ls.min_scale) +
                     ") must be <= 'precision.loss_scale.initial' (" + num(ls.initial) + ")");
   }
+  if (c.comm.backend == CommBackend::nccl && c.run.device != Device::cuda) {
+    reader.fail({"comm.backend", "run.device"},
+                "'comm.backend' nccl reduces gradients in GPU memory: it needs run.device cuda; "
+                "use mpi on " + std::string(name(c.run.device)));
+  }
   // What the GPU trainer does not run yet (docs/gpu.md).
   if (c.run.device == Device::cuda && c.optimizer.name != OptimizerKind::adamw) {
     reader.fail({"optimizer.name", "run.device"},

@@ -365,7 +365,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(optimizer.zero_one.local_step_scaler), number<int>(at_least(1)), "0/1 Adam: steps after the freeze at one sync interval before the interval doubles"),
   key(KEY(optimizer.zero_one.local_step_clipper), number<int>(at_least(1)), "0/1 Adam: the longest sync interval after the freeze, in steps (the paper's H); the steps between syncs are local, with no exchange"),
 
-  key(KEY(comm.backend), choice<CommBackend>({CommBackend::nccl}), "transport"),
+  key(KEY(comm.backend), choice<CommBackend>(), "transport of the gradient buckets: mpi = the host's (on cuda, staged through pinned host memory); nccl = on the GPU, each bucket reduced on a communication stream as backward produces it (run.device cuda only; docs/comm.md)"),
   key(KEY(comm.allreduce), choice<AllreduceAlgo>(), "ring = ringstep's ring AllReduce; native = the library's"),
   key(KEY(comm.bucket_mb), number<double>(above(0)), "gradient bucket size in MiB"),
   key(KEY(comm.overlap), boolean(), "start each bucket's AllReduce during backward (on cuda each bucket is staged through pinned host memory as backward finishes it)"),

@@ -8,7 +8,9 @@
 
 #include "comm/agree.h"
 #include "comm/bench.h"
+#include "comm/device_comm.h"
 #include "comm/mpi_communicator.h"
+#include "comm/nccl/nccl_comm.h"
 #include "core/checksum.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -73,12 +75,19 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
       validate_for_world(cfg, world.size());
       check_creatable(cfg.run.out_dir);
       check_fits_machine(cfg, machine_limits(cfg.run.device));
+      if (cfg.comm.backend == CommBackend::nccl)
+        if (const std::string why = nccl::unavailable_reason(); !why.empty())
+          throw InputError("comm.backend: nccl is not available: " + why);
       for (const char* split : {"train", "val"})
         make_data_source(cfg, split, world.rank(), world.size());
     });
   }
   MpiCommunicator comm(MPI_COMM_WORLD, cfg.comm.link);
-  train(cfg, comm.size() > 1 ? &comm : nullptr);
+  // comm.backend nccl: one NCCL communicator for the job, made before the model's memory.
+  std::unique_ptr<DeviceComm> device_comm;
+  if (cfg.comm.backend == CommBackend::nccl)
+    device_comm = make_nccl_device_comm(comm, EngineOptions{}.timeout_s);
+  train(cfg, comm.size() > 1 ? &comm : nullptr, device_comm.get());
   return 0;
 }
 

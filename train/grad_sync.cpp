@@ -9,6 +9,7 @@
 
 #include "comm/bench.h"
 #include "comm/communicator.h"
+#include "comm/device_comm.h"
 #include "comm/engine.h"
 #include "comm/sign_allreduce.h"
 #include "core/checksum.h"
@@ -63,8 +64,9 @@ struct GradSync::Pending {
   bool enqueued = false;
 };
 
-GradSync::GradSync(Communicator* comm, const CommConfig& cfg, int compute_threads)
-    : comm_(comm), cfg_(cfg) {
+GradSync::GradSync(Communicator* comm, const CommConfig& cfg, int compute_threads,
+                   DeviceComm* device_comm)
+    : comm_(comm), device_comm_(device_comm), cfg_(cfg) {
   if (comm_) {
     rank_ = comm_->rank();
     world_ = comm_->size();
@@ -81,12 +83,14 @@ void GradSync::setup(FlatBuffer& grads, const GptSpec& spec) {
   device_grads_ = nullptr;
   pinned_.reset();  // unpins the old staging copy before it is freed
   if (world_ > 1 && !grads.runtime().host_memory()) {
-    Runtime& rt = grads.runtime();
-    device_grads_ = &grads;
-    staging_ = FlatBuffer(grads.size());
-    rt.pin_host(staging_.data(), staging_.bytes());
-    pinned_ = {staging_.data(), [&rt](void* p) { rt.unpin_host(p); }};
-    grads_ = staging_.data();
+    staging_ = FlatBuffer(grads.size());  // check_replicas' host copy of the parameters
+    if (!device_comm_) {
+      Runtime& rt = grads.runtime();
+      device_grads_ = &grads;
+      rt.pin_host(staging_.data(), staging_.bytes());
+      pinned_ = {staging_.data(), [&rt](void* p) { rt.unpin_host(p); }};
+      grads_ = staging_.data();
+    }
   }
   const std::vector<std::pair<size_t, size_t>> units = spec.bucket_units();
   buckets_ = make_buckets(units, size_t(cfg_.bucket_mb * 1024 * 1024));
@@ -104,6 +108,11 @@ void GradSync::setup(FlatBuffer& grads, const GptSpec& spec) {
 
 void GradSync::enqueue_bucket(size_t b) {
   const Bucket& k = buckets_[b];
+  if (device_comm_) {  // on the comm stream, behind the kernels that wrote the bucket
+    device_comm_->reduce_mean(grads_ + k.begin, k.end - k.begin, cfg_.allreduce, b);
+    pending_[b]->enqueued = true;
+    return;
+  }
   std::function<void()> copy_in, copy_out;
   if (device_grads_) {
     // Staged: the bucket leaves the device behind the backward that wrote it (the compute
@@ -123,7 +132,7 @@ void GradSync::enqueue_bucket(size_t b) {
 }
 
 std::function<void(int)> GradSync::unit_hook() {
-  if (world_ <= 1 || !cfg_.overlap) return nullptr;
+  if ((world_ <= 1 && !device_comm_) || !cfg_.overlap) return nullptr;
   // The embeddings (the last unit) finish as backward ends: their bucket is queued by
   // finish() or wait_sign_sent(), so that it counts as in flight inside the step's wait,
   // where the engine thread's start-up takes the core, and never inside backward's time.
@@ -146,6 +155,7 @@ void GradSync::waiting(F&& f) {
 }
 
 GradSync::Result GradSync::finish() {
+  if (device_comm_) return finish_on_device();
   if (world_ <= 1) return {};
   waiting([&] {
     for (size_t b = 0; b < buckets_.size(); ++b)
@@ -160,6 +170,31 @@ GradSync::Result GradSync::finish() {
   r.sent_bytes = size_t(double(r.bytes) * allreduce_busbw_factor(world_));
   last_gradient_ = {r.comm_ms, r.exposed_ms, r.sent_bytes};
   return r;
+}
+
+GradSync::Result GradSync::finish_on_device() {
+  Result r;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (!pending_[b]->enqueued) enqueue_bucket(b);
+    pending_[b]->enqueued = false;
+    r.bytes += (buckets_[b].end - buckets_[b].begin) * sizeof(float);
+  }
+  device_comm_->compute_waits_for_comm();
+  device_comm_->poll_errors();
+  r.sent_bytes = size_t(double(r.bytes) * allreduce_busbw_factor(world_));
+  return r;
+}
+
+bool GradSync::settle(Result& r) {
+  if (!device_comm_) return false;
+  DeviceCommTimes t = device_comm_->read_times();
+  std::vector<Interval> in_flight;
+  for (const CommSpan& s : t.spans) in_flight.push_back({s.queued_ns, s.end_ns});
+  r.comm_ms = double(covered_ns(in_flight)) / 1e6;
+  r.exposed_ms = double(overlap_ns(in_flight, t.waits)) / 1e6;
+  r.spans = std::move(t.spans);
+  last_gradient_ = {r.comm_ms, r.exposed_ms, r.sent_bytes};
+  return true;
 }
 
 GradSync::Result GradSync::collect_spans() {

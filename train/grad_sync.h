@@ -15,6 +15,12 @@
 // (comm.overlap; without it, the buckets are staged one after another once backward ends).
 // The copies are inside the bucket's comm span. 1-bit Adam's buckets on a GPU start when
 // backward ends.
+//
+// With a DeviceComm (comm.backend: nccl, comm/device_comm.h) the gradients never leave the
+// device: each bucket is reduced on the device's comm stream behind the backward kernels
+// that wrote it, finish() makes the compute stream wait for the comm stream and returns
+// without waiting, and settle() reads the step's comm and exposed comm from the device's
+// marks once the step's work is queued. This path runs with one rank too (one NCCL rank).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +41,7 @@ namespace ringstep {
 
 class Communicator;
 class CommEngine;
+class DeviceComm;
 class Gpt;
 class GptSpec;
 
@@ -91,7 +98,10 @@ class GradSync final : public Reducer {
   // COMPUTE_THREADS: the rank's (run.threads resolved). The engine thread sleeps while it
   // waits (WaitPolicy::sleeping()) where they leave no core to spare (rank_has_spare_core),
   // else waits politely.
-  GradSync(Communicator* comm, const CommConfig& cfg, int compute_threads = 1);
+  // DEVICE_COMM (not owned; null: the host path) reduces the gradient buckets on the device;
+  // COMM still carries the bookkeeping collectives.
+  GradSync(Communicator* comm, const CommConfig& cfg, int compute_threads = 1,
+           DeviceComm* device_comm = nullptr);
   ~GradSync() override;
   int rank() const { return rank_; }
   int world() const override { return world_; }
@@ -104,7 +114,14 @@ class GradSync final : public Reducer {
   // The per-unit hook to pass to Gpt::backward on the last micro-batch: null with one
   // rank or when comm.overlap is false.
   std::function<void(int)> unit_hook();
+  // Host path: waits for every bucket; gradients come back averaged over ranks. Device
+  // path: queues the buckets not yet queued and the compute stream's wait for them, polls
+  // for asynchronous errors, and returns bytes and sent_bytes only (settle() adds the times).
   Result finish();
+  // Device path: R's comm_ms, exposed_ms and spans from the device's marks of the step
+  // (DeviceComm::read_times: waits until the device has reached them) and returns true;
+  // elsewhere leaves R as it is and returns false.
+  bool settle(Result& r);
   // Every rank's loss, phases and (1-bit Adam) compression error sums → what every rank learns.
   StepView agree(float loss, const PhaseTimes& local, const SignExchange& exchange = {});
   // Reducer: blocking collectives on the engine, outside the bucket accounting (their time
@@ -148,6 +165,7 @@ class GradSync final : public Reducer {
 
  private:
   void enqueue_bucket(size_t b);
+  Result finish_on_device();
   // One SignAllreduce per bucket for CODE (kept while the code stays the same).
   void set_sign_code(const SignCode& code);
   void start_sign_bucket(size_t b);
@@ -161,6 +179,7 @@ class GradSync final : public Reducer {
   Result collect_spans();
 
   Communicator* comm_;
+  DeviceComm* device_comm_ = nullptr;
   CommConfig cfg_;
   int rank_ = 0, world_ = 1;
   std::unique_ptr<CommEngine> engine_;

@@ -78,9 +78,9 @@ TrainState::TrainState(const Registry& params, const Config& cfg,
           params, cfg, scaler.mode() != LossScaleMode::none || cfg.train.on_nan == OnNan::skip)),
       data(std::move(train_data)) {}
 
-Trainer::Trainer(const Config& cfg, Communicator* comm)
+Trainer::Trainer(const Config& cfg, Communicator* comm, DeviceComm* device_comm)
     : cfg_(cfg),
-      sync_(comm, cfg.comm, resolve_threads(cfg.run.threads, local_rank_count())),
+      sync_(comm, cfg.comm, resolve_threads(cfg.run.threads, local_rank_count()), device_comm),
       // Inputs first: a bad data file must fail before anything is written.
       val_data_(make_data_source(checked(cfg_, sync_.world()), "val", sync_.rank(), sync_.world())),
       model_(cfg.model, gpt_options(cfg), cfg.run.device),
@@ -217,7 +217,7 @@ Trainer::StepResult Trainer::step() {
   s.loss = loss_sum / cfg_.train.grad_accum_steps;
   const int64_t wait_start = timer_.mark();
   if (averaged) {
-    s.comm = sync_.finish();  // waits; gradients averaged over ranks
+    s.comm = sync_.finish();  // gradients averaged over ranks (on a device: queued)
     if (traced) trace_comm(s.comm, wait_start);
   }
   if (under_backward)
@@ -241,6 +241,8 @@ Trainer::StepResult Trainer::step() {
     timer_.add_ms(&PhaseTimes::optimizer, -s.comm.exposed_ms);  // the wait is comm_exposed
     if (traced) trace_comm(s.comm, 0);
   }
+  // comm.backend nccl: the step's comm from the device's marks (train/grad_sync.h).
+  if (averaged && sync_.settle(s.comm) && traced) trace_comm(s.comm, 0);
   if (facts_.rank == facts_.world - 1) inject_delay(cfg_.profile.inject_delay_ms);
   s.times = timer_.end_step(s.comm.comm_ms, s.comm.exposed_ms);
   // After the step's clock has stopped: the profiler's own writing is not the step's time.
@@ -564,6 +566,8 @@ RunEnd Trainer::run_end(const TrainOutcome& out, std::string stop_reason) const 
   throw fault;
 }
 
-TrainOutcome train(const Config& cfg, Communicator* comm) { return Trainer(cfg, comm).run(); }
+TrainOutcome train(const Config& cfg, Communicator* comm, DeviceComm* device_comm) {
+  return Trainer(cfg, comm, device_comm).run();
+}
 
 }  // namespace ringstep

@@ -30,6 +30,7 @@
 namespace ringstep {
 
 class Communicator;
+class DeviceComm;
 
 struct TrainOutcome {
   std::vector<float> losses;        // training loss of each logged step
@@ -71,8 +72,9 @@ class Trainer {
   // Checks CFG against the world size, reads the data and, per checkpoint.resume, loads a
   // checkpoint (train/checkpoint.h); COMM may be null (one rank). Throws InputError for bad
   // input (a run directory holding an earlier run that is not resumed included), before
-  // anything is written.
-  Trainer(const Config& cfg, Communicator* comm);
+  // anything is written. DEVICE_COMM (comm.backend: nccl; not owned) reduces the gradient
+  // buckets on the device (GradSync's device path).
+  Trainer(const Config& cfg, Communicator* comm, DeviceComm* device_comm = nullptr);
   ~Trainer();
 
   // Runs the remaining steps (saving a checkpoint every checkpoint.every steps and at the
@@ -156,7 +158,7 @@ class Trainer {
   std::vector<Unlogged> unlogged_;  // steps run whose records wait for their device times
 };
 
-// Runs CFG to completion: Trainer(cfg, comm).run().
-TrainOutcome train(const Config& cfg, Communicator* comm);
+// Runs CFG to completion: Trainer(cfg, comm, device_comm).run().
+TrainOutcome train(const Config& cfg, Communicator* comm, DeviceComm* device_comm = nullptr);
 
 }  // namespace ringstep

@@ -164,10 +164,7 @@ void NcclComm::synchronize(Stream stream, double timeout_s) {
     const cudaError_t q = cudaStreamQuery(stream);
     if (q == cudaSuccess) return;
     if (q != cudaErrorNotReady) CUDA_CHECK(q);
-    ncclResult_t async = ncclSuccess;
-    NCCL_CHECK(m.comm, ncclCommGetAsyncError(m.comm, &async));
-    if (async != ncclSuccess && async != ncclInProgress)
-      m.abort_with(std::string("asynchronous error: ") + ncclGetErrorString(async));
+    check_async_error();
     const double waited =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (waited > timeout_s)
@@ -176,5 +173,15 @@ void NcclComm::synchronize(Stream stream, double timeout_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
+
+void NcclComm::check_async_error() {
+  Impl& m = *impl_;
+  ncclResult_t async = ncclSuccess;
+  NCCL_CHECK(m.comm, ncclCommGetAsyncError(m.comm, &async));
+  if (async != ncclSuccess && async != ncclInProgress)
+    m.abort_with(std::string("asynchronous error: ") + ncclGetErrorString(async));
+}
+
+void NcclComm::abort_with(const std::string& why) { impl_->abort_with(why); }
 
 }  // namespace ringstep::nccl

@@ -60,6 +60,10 @@ class NcclComm {
   // Waits for STREAM, polling NCCL's asynchronous error every millisecond; after
   // TIMEOUT_S seconds without completion, or on an error, aborts (see above).
   void synchronize(Stream stream, double timeout_s);
+  // Polls NCCL's asynchronous error once, without waiting: on an error, aborts (see above).
+  void check_async_error();
+  // Aborts the communicator and throws the CommError above, WHY in its text.
+  [[noreturn]] void abort_with(const std::string& why);
 
  private:
   struct Impl;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/device_comm.h"
 #include "comm/nccl/nccl_comm.h"
 #include "comm/ring_allreduce.h"
 #include "core/dtype.h"
@@ -20,7 +21,9 @@
 #ifdef RINGSTEP_HAVE_NCCL
 #include <cuda_runtime_api.h>
 
+#include "comm/nccl/nccl_device_comm.h"
 #include "core/cuda/device.h"
+#include "core/intervals.h"
 #endif
 
 namespace ringstep {
@@ -118,6 +121,54 @@ TEST_F(Nccl, RingAverageHasTheHostRingsBits) {
       comm_->synchronize(nullptr, 60);
     });
     EXPECT_EQ(device, host);
+  }
+}
+
+// The trainer's device path (comm/device_comm.h) over NCCL: integer-valued buckets queued
+// behind the compute stream become their mean: exactly the sum / n by our ring; by
+// ncclAllReduce's ncclAvg, which may scale each rank's value by 1/n before summing, exactly
+// where n is a power of two and within 1e-6 relative otherwise. The compute stream's wait is
+// marked; every bucket has a span (ready <= start <= end) and comm >= exposed.
+TEST_F(Nccl, DeviceCommReducesBucketsBehindTheComputeStream) {
+  nccl::NcclDeviceComm dev(world(), 60);
+  const int n = world().size();
+  const size_t counts[] = {1000, 100'003};
+  for (AllreduceAlgo algo : {AllreduceAlgo::ring, AllreduceAlgo::native}) {
+    std::vector<float*> bufs;
+    for (size_t c : counts) {
+      std::vector<float> v(c);
+      for (size_t i = 0; i < c; ++i) v[i] = float(int((i * 7 + size_t(world().rank()) * 3) % 11) - 5);
+      auto* d = static_cast<float*>(cuda::device_alloc(c * sizeof(float)));
+      cuda::copy_to_device(d, v.data(), c * sizeof(float));
+      bufs.push_back(d);
+    }
+    for (size_t b = 0; b < bufs.size(); ++b) dev.reduce_mean(bufs[b], counts[b], algo, b);
+    dev.compute_waits_for_comm();
+    dev.poll_errors();
+    const DeviceCommTimes t = dev.read_times();
+    ASSERT_EQ(t.spans.size(), bufs.size()) << name(algo);
+    ASSERT_EQ(t.waits.size(), 1u) << name(algo);
+    std::vector<Interval> flight;
+    for (const CommSpan& s : t.spans) {
+      EXPECT_LE(s.queued_ns, s.start_ns);
+      EXPECT_LE(s.start_ns, s.end_ns);
+      flight.push_back({s.queued_ns, s.end_ns});
+    }
+    EXPECT_GE(covered_ns(flight), overlap_ns(flight, t.waits)) << name(algo);
+    for (size_t b = 0; b < bufs.size(); ++b) {
+      std::vector<float> got(counts[b]);
+      cuda::copy_to_host(got.data(), bufs[b], got.size() * sizeof(float));
+      size_t wrong = 0;
+      for (size_t i = 0; i < counts[b]; ++i) {
+        float sum = 0;
+        for (int r = 0; r < n; ++r) sum += float(int((i * 7 + size_t(r) * 3) % 11) - 5);
+        const float want = sum / float(n);
+        const bool exact = algo == AllreduceAlgo::ring || (n & (n - 1)) == 0;
+        wrong += exact ? got[i] != want : std::fabs(got[i] - want) > 1e-6f * std::fabs(want);
+      }
+      EXPECT_EQ(wrong, 0u) << name(algo) << " count " << counts[b];
+      cuda::device_free(bufs[b]);
+    }
   }
 }
 

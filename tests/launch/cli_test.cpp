@@ -69,6 +69,8 @@ TEST(Cli, CudaWithoutADeviceExitsTwoSayingWhy) {
   const std::string run = " --set run.out_dir=" + (dir / "run").string();
   ExpectBadInput("train " + Tiny() + run + " --set run.device=cuda",
                  "run.device: device cuda is not available", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set run.device=cuda --set comm.backend=nccl",
+                 "run.device: device cuda is not available", dir);
   fs::remove_all(dir);
 }
 
@@ -95,7 +97,8 @@ TEST(Cli, BadInputsExitWithCodeTwoAndWriteNothing) {
   ExpectBadInput("train " + Tiny() + run + " --set train.steps=abc", "train.steps", dir);
   ExpectBadInput("train " + Tiny() + run + " --set model.n_heads=3", "n_heads", dir);
   ExpectBadInput("train " + Tiny() + run + " --set train.global_batch=7", "global_batch", dir);
-  ExpectBadInput("train " + Tiny() + run + " --set comm.backend=nccl", "not implemented yet", dir);
+  ExpectBadInput("train " + Tiny() + run + " --set comm.backend=nccl", "needs run.device cuda",
+                 dir);
   ExpectBadInput(
       "train " + Tiny() + run + " --set optimizer.name=onebit_adam --set optimizer.onebit.scale=l1",
       "got 'l1'; did you mean 'l2'?", dir);

@@ -66,17 +66,18 @@ TEST(Trainer, WritesRunDirectoryWithStepRecords) {
   fs::remove_all(out);
 }
 
-// A config changed in code after loading is checked by the same schema: an unbuilt value
-// is refused, never silently replaced by what is built.
-TEST(Trainer, UnbuiltValueSetInCodeIsRefusedBeforeAnythingIsWritten) {
+// A config changed in code after loading is checked by the same schema and rules: a value
+// the rules refuse (nccl on cpu) is refused, never silently replaced by what runs.
+TEST(Trainer, RuleBrokenInCodeIsRefusedBeforeAnythingIsWritten) {
   fs::path out = TempDir("unbuilt");
   Config cfg = SmallRun(out, 2);
-  cfg.comm.backend = CommBackend::nccl;
+  cfg.comm.backend = CommBackend::nccl;  // on run.device cpu
   try {
     train(cfg, nullptr);
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("'comm.backend': 'nccl' is not implemented yet"),
+    EXPECT_NE(std::string(e.what()).find("'comm.backend' nccl reduces gradients in GPU memory: "
+                                         "it needs run.device cuda"),
               std::string::npos)
         << e.what();
   }

@@ -1,0 +1,69 @@
+// Gradient buckets reduced on a device, ordered against its compute stream by events: the
+// seam between GradSync's device path (train/grad_sync.h) and a stream-ordered communicator
+// (comm.backend: nccl, comm/nccl/nccl_device_comm.h). Nothing here names CUDA: a host fake
+// (tests/train/fake_device_comm.h) runs the same GradSync path on the CPU under mpirun.
+//
+// The device has two streams. The compute stream runs the training thread's work in the
+// order it is queued (backward's kernels, then the optimizer's); the comm stream runs the
+// reductions. reduce_mean() puts a bucket on the comm stream behind everything queued on
+// the compute stream so far (the event after the bucket's last gradient kernel);
+// compute_waits_for_comm() makes the compute stream wait for the comm stream's last event
+// (before the optimizer). Neither blocks the calling thread: within a step the host waits
+// for nothing but poll_errors(). read_times() reads the step's marks once its work is done.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/engine.h"
+#include "core/config.h"
+#include "core/intervals.h"
+
+namespace ringstep {
+
+class Communicator;
+
+// One step's marks on the steady clock (nanoseconds since its epoch): the step's origin is
+// the host time of its first reduce_mean(), and device marks are placed at that origin plus
+// their device time after the mark taken then, so differences between marks are the
+// device's own.
+struct DeviceCommTimes {
+  // One span per reduction, in the order queued: queued_ns when the compute stream reached
+  // the bucket's event (its gradients were ready), start_ns and end_ns on the comm stream.
+  std::vector<CommSpan> spans;
+  // The compute stream's waits for the comm stream, from the mark recorded before the wait
+  // to the mark after it.
+  std::vector<Interval> waits;
+};
+
+class DeviceComm {
+ public:
+  virtual ~DeviceComm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // On the comm stream, behind all work queued on the compute stream so far: BUF[0, COUNT)
+  // (fp32, the device's memory) becomes its mean over the ranks, by ALGO (ring: ringstep's
+  // ring; native: the library's AllReduce with averaging). TAG names it in the spans. Returns
+  // without waiting. Every rank queues the same reductions in the same order.
+  virtual void reduce_mean(float* buf, size_t count, AllreduceAlgo algo, uint64_t tag) = 0;
+  // The compute stream waits for every reduction queued so far; returns without waiting.
+  virtual void compute_waits_for_comm() = 0;
+  // Throws CommError if the communicator has reported an asynchronous error (a peer that
+  // died), after aborting it; never waits.
+  virtual void poll_errors() = 0;
+  // The marks since the last read (empty when nothing was queued), waiting for the device to
+  // reach them while polling for errors. Call after the step's work has been queued.
+  virtual DeviceCommTimes read_times() = 0;
+};
+
+// comm.backend: nccl: one NCCL communicator over HOST's ranks (made collectively), a comm
+// stream and its events. A peer that stops answering for TIMEOUT_S seconds, or an
+// asynchronous NCCL error, is a CommError naming this rank and its neighbours. Throws
+// InputError "comm.backend: nccl is not available: <why>" where this build has no NCCL or
+// no GPU is usable (nccl::unavailable_reason(), comm/nccl/nccl_comm.h).
+std::unique_ptr<DeviceComm> make_nccl_device_comm(Communicator& host, double timeout_s);
+
+}  // namespace ringstep

@@ -1,0 +1,139 @@
+#include "comm/nccl/nccl_device_comm.h"
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/nccl/nccl_comm.h"
+#include "core/cuda/cuda_check.h"
+#include "core/profiler.h"
+
+namespace ringstep::nccl {
+namespace {
+
+// The compute stream: the legacy default stream, where the CUDA backend queues its work.
+const cudaStream_t kCompute = cudaStreamLegacy;
+
+}  // namespace
+
+struct NcclDeviceComm::Impl {
+  NcclComm comm;
+  double timeout_s;
+  cudaStream_t stream = nullptr;       // the comm stream
+  std::vector<cudaEvent_t> events;     // the pool; events[0 .. used) are this step's marks
+  size_t used = 0;
+  int64_t origin_ns = 0;               // host time of the step's first mark (events[0])
+  struct Reduction {
+    size_t ready, start, end;  // indices into events
+    uint64_t tag;
+    size_t bytes;
+  };
+  struct Wait {
+    size_t before, after;
+  };
+  std::vector<Reduction> reductions;
+  std::vector<Wait> waits;
+
+  Impl(Communicator& host, double t) : comm(host), timeout_s(t) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  }
+  ~Impl() {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  // A timing event recorded on STREAM now; returns its index. The first of a step is the
+  // origin, recorded on the compute stream.
+  size_t mark(cudaStream_t s) {
+    if (used == 0) {
+      origin_ns = steady_now_ns();
+      record(kCompute);
+    }
+    return record(s);
+  }
+  size_t record(cudaStream_t s) {
+    if (used == events.size()) {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreate(&e));  // with timing
+      events.push_back(e);
+    }
+    CUDA_CHECK(cudaEventRecord(events[used], s));
+    return used++;
+  }
+  // Blocks until events[i] has happened, polling NCCL's asynchronous error.
+  void wait_for(size_t i) {
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(events[i]);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) CUDA_CHECK(q);
+      comm.check_async_error();
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout_s)
+        comm.abort_with("a gradient reduction made no progress for " +
+                        std::to_string(int(timeout_s)) + " s (a peer died or stopped calling)");
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  int64_t at(size_t i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, events[0], events[i]));
+    return origin_ns + int64_t(std::llround(double(ms) * 1e6));
+  }
+};
+
+NcclDeviceComm::NcclDeviceComm(Communicator& host, double timeout_s)
+    : impl_(std::make_unique<Impl>(host, timeout_s)) {}
+
+NcclDeviceComm::~NcclDeviceComm() = default;
+
+int NcclDeviceComm::rank() const { return impl_->comm.rank(); }
+int NcclDeviceComm::size() const { return impl_->comm.size(); }
+
+void NcclDeviceComm::reduce_mean(float* buf, size_t count, AllreduceAlgo algo, uint64_t tag) {
+  Impl& m = *impl_;
+  const size_t ready = m.mark(kCompute);
+  CUDA_CHECK(cudaStreamWaitEvent(m.stream, m.events[ready], 0));
+  const size_t start = m.mark(m.stream);
+  if (algo == AllreduceAlgo::ring) {
+    RingOptions opt;
+    opt.average = true;
+    m.comm.allreduce_ring(buf, count, DType::f32, opt, m.stream);
+  } else {
+    m.comm.allreduce_native(buf, count, DType::f32, /*average=*/true, m.stream);
+  }
+  const size_t end = m.mark(m.stream);
+  m.reductions.push_back({ready, start, end, tag, count * sizeof(float)});
+}
+
+void NcclDeviceComm::compute_waits_for_comm() {
+  Impl& m = *impl_;
+  if (m.reductions.empty()) return;
+  const size_t done = m.mark(m.stream);
+  const size_t before = m.mark(kCompute);
+  CUDA_CHECK(cudaStreamWaitEvent(kCompute, m.events[done], 0));
+  const size_t after = m.mark(kCompute);
+  m.waits.push_back({before, after});
+}
+
+void NcclDeviceComm::poll_errors() { impl_->comm.check_async_error(); }
+
+DeviceCommTimes NcclDeviceComm::read_times() {
+  Impl& m = *impl_;
+  DeviceCommTimes t;
+  for (size_t i = 0; i < m.used; ++i) m.wait_for(i);
+  for (const Impl::Reduction& r : m.reductions)
+    t.spans.push_back({"allreduce", r.tag, m.at(r.ready), m.at(r.start), m.at(r.end), r.bytes});
+  for (const Impl::Wait& w : m.waits) t.waits.push_back({m.at(w.before), m.at(w.after)});
+  m.reductions.clear();
+  m.waits.clear();
+  m.used = 0;
+  return t;
+}
+
+}  // namespace ringstep::nccl

@@ -1,0 +1,38 @@
+// comm.backend: nccl's DeviceComm (comm/device_comm.h): one NcclComm per job, a comm stream
+// of its own (non-blocking, so the legacy default stream, the CUDA backend's compute
+// stream, never waits for it implicitly) and CUDA events that order the two:
+//   reduce_mean:  event on the compute stream (the bucket's gradients are ready), the comm
+//                 stream waits on it, then start mark, the ring or ncclAllReduce with
+//                 averaging, end mark, all on the comm stream;
+//   compute_waits_for_comm: event on the comm stream after its last reduction; on the
+//                 compute stream a mark, the wait on that event, a mark.
+// Marks are timing events from a pool reused step after step; read_times() waits for them
+// while polling NCCL's asynchronous error. Plain C++ header: CUDA types stay in the .cpp.
+#pragma once
+
+#include <memory>
+
+#include "comm/device_comm.h"
+
+namespace ringstep::nccl {
+
+class NcclDeviceComm final : public DeviceComm {
+ public:
+  // Collective over HOST's ranks (NcclComm's constructor). A reduction not done after
+  // TIMEOUT_S seconds of read_times() waiting aborts the communicator (CommError).
+  NcclDeviceComm(Communicator& host, double timeout_s);
+  ~NcclDeviceComm() override;
+
+  int rank() const override;
+  int size() const override;
+  void reduce_mean(float* buf, size_t count, AllreduceAlgo algo, uint64_t tag) override;
+  void compute_waits_for_comm() override;
+  void poll_errors() override;
+  DeviceCommTimes read_times() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ringstep::nccl
