@@ -27,14 +27,15 @@ BUDGET_LIMIT=420
 STAGE_TABLE='
 unpack         10  debs      dpkg -x gpu_deps/*.deb into the scratch prefix
 configure      30  deps      cmake build-gpu/ (sm_90a only) against that prefix alone
-build          90  cache     ringstep_cuda_tests ringstep ringstep_cuda_bench, -j nproc
-cuda_tests     35  testbin   ringstep_cuda_tests: CUDA ops vs their CPU twins
+build          75  cache     ringstep_cuda_tests ringstep ringstep_cuda_bench, -j nproc
+cuda_tests     30  testbin   ringstep_cuda_tests: CUDA ops vs their CPU twins
 memcheck       35  testbin   compute-sanitizer --tool memcheck on the op tests
 tiny           20  ringstep  configs/tiny.yaml fp32: first 10 losses, cuda vs cpu
 gpt2           45  ringstep  configs/gpt2-124m.yaml bf16 T 1024: tok/s, MFU, phases, memory
 cuda_bench     15  benchbin  ringstep_cuda_bench: GPT-2 124M forward + backward only
 nccl           15  ncclbin   nccl_mpitest: our device ring vs ncclAllReduce, 1 rank; 2 ranks on one GPU
 staged         35  ringstep  2 ranks on the GPU via MPI staging: = 1 rank x 2B; exposed comm, overlap on/off
+nccl_train     20  ringstep  comm.backend nccl: 1 rank = no comm (tiny fp32); 2 NCCL ranks on one GPU
 torch_eager    25  -         PyTorch eager: same model, B, T, bf16 autocast, clip + AdamW
 torch_compile  60  -         PyTorch torch.compile (SDPA), same step; steady state only
 compare         5  -         ringstep / eager, / compile; MFU vs 50%; memory vs PyTorch
@@ -453,6 +454,50 @@ stage_staged() {
   fi
   from_report "$prefix" staged "$WORK/runs/staged_one" "$WORK/runs/staged_two" "$TINY_TOL" \
     "$WORK/runs/staged_on" "$WORK/runs/staged_off" "$([[ $REHEARSE == 1 ]] && echo none || echo 0.5)"
+}
+
+# comm.backend nccl (issue 36): tiny fp32 on one rank with the NCCL device path (buckets
+# reduced on the comm stream under backward; over one rank a mean is the gradient itself)
+# against the same run without communication; then 2 NCCL ranks on the one GPU, where NCCL
+# is expected to refuse the duplicate GPU: what it says goes under the row, not a failure.
+nccl_train_run() {  # nccl_train_run LABEL RANKS SETS...
+  local label=$1 ranks=$2
+  shift 2
+  rm -rf "$WORK/runs/nccl_$label"
+  timeout 15 "$P/bin/mpiexec" --oversubscribe -np "$ranks" "${NICE[@]}" "$RINGSTEP" train \
+    "$TINY_CONFIG" --set run.out_dir="$WORK/runs/nccl_$label" --set run.overwrite=true \
+    --set train.steps=10 --set profile.log_every=1 --set train.eval_every=0 \
+    --set train.eval_batches=1 --set 'profile.trace_steps=[]' --set profile.peak_gflops=100 \
+    --set comm.bucket_mb=0.05 "$@" >"$WORK/logs/nccl_train_$label.log" 2>&1
+}
+stage_nccl_train() {
+  if [[ $REHEARSE == 1 ]]; then
+    # The CPU build refuses nccl on cpu (exit 2): the refusal and its message are the check.
+    "$RINGSTEP" train "$TINY_CONFIG" --set run.out_dir="$WORK/runs/nccl_refused" \
+      --set comm.backend=nccl >"$WORK/logs/nccl_train_refused.log" 2>&1
+    local rc=$?
+    if [[ $rc -eq 2 ]] && grep -q 'needs run.device cuda' "$WORK/logs/nccl_train_refused.log"; then
+      result skip "(rehearse: no GPU) comm.backend=nccl on cpu refused with exit 2 as it should"
+    else
+      result FAIL "(rehearse) comm.backend=nccl on cpu: rc=$rc, expected 2 and 'needs run.device cuda'"
+    fi
+    return
+  fi
+  nccl_train_run plain 1 --set run.device=cuda --set comm.backend=mpi
+  local rc1=$?
+  nccl_train_run one 1 --set run.device=cuda --set comm.backend=nccl
+  local rc2=$?
+  if [[ $rc1 -ne 0 || $rc2 -ne 0 ]]; then
+    result FAIL "tiny on cuda: no comm rc=$rc1, 1 NCCL rank rc=$rc2"
+    for l in plain one; do
+      tail -n 3 "$WORK/logs/nccl_train_$l.log" | sed "s/^/$l: /" | while read -r x; do hl "$x"; done
+    done
+  else
+    from_report "" nccl_train "$WORK/runs/nccl_plain" "$WORK/runs/nccl_one" "$TINY_TOL"
+  fi
+  nccl_train_run two 2 --set run.device=cuda --set comm.backend=nccl --set train.global_batch=0
+  local rc3=$?
+  hl "2 NCCL ranks on one GPU: rc=$rc3; $(grep -m1 -iE 'NCCL|error' "$WORK/logs/nccl_train_two.log" | cut -c1-170)"
 }
 
 stage_cuda_bench() {

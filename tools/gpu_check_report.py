@@ -236,6 +236,37 @@ def losses(cpu_run, cuda_run, tol):
                f"{worst + 1} (abs tol {tol:g}), max rel {max(rel):.1e}", metrics)
 
 
+def nccl_train(plain_run, nccl_run, tol):
+    """comm.backend nccl on one rank against the run without communication (tiny fp32, the
+    same seed): the first 10 losses, how many are bitwise equal and the largest difference
+    (FAIL above TOL: two cuda runs may differ in the last bits, since weight gradients of the
+    embedding, LayerNorm and biases and attention's dq add with atomics); and in every record
+    of the NCCL run, comm > 0 and comm >= comm_exposed (the profiler's rule)."""
+    tol = float(tol)
+    try:
+        a = [r["loss"] for r in records(plain_run)][:10]
+        nrec = records(nccl_run)
+        b = [r["loss"] for r in nrec][:10]
+    except OSError as e:
+        return out("FAIL", f"no steps.jsonl: {e}")
+    if len(a) < 10 or len(b) < 10:
+        return out("FAIL", f"{len(a)} plain and {len(b)} nccl losses, expected 10 each",
+                   {"plain_losses": a, "nccl_losses": b})
+    d = [abs(x - y) for x, y in zip(a, b)]
+    same = sum(1 for x, y in zip(a, b) if x == y)
+    bad_rule = [i + 1 for i, r in enumerate(nrec)
+                if not (0 < r["time_ms"]["comm"] and r["time_ms"]["comm_exposed"] <= r["time_ms"]["comm"])]
+    metrics = {"plain_losses": a, "nccl_losses": b, "bitwise_equal": same,
+               "max_abs_diff": max(d), "tolerance_abs": tol, "rule_broken_steps": bad_rule,
+               "comm_ms": [r["time_ms"]["comm"] for r in nrec],
+               "comm_exposed_ms": [r["time_ms"]["comm_exposed"] for r in nrec]}
+    status = "ok" if max(d) <= tol and not bad_rule else "FAIL"
+    return out(status, f"1 NCCL rank vs no comm: {same}/10 losses bitwise equal, max diff "
+               f"{max(d):.2e} (tol {tol:g}); comm > 0 and >= exposed in "
+               f"{len(nrec) - len(bad_rule)}/{len(nrec)} records"
+               + (f", broken at steps {bad_rule[:5]}" if bad_rule else ""), metrics)
+
+
 def staged(one_run, two_run, tol, on_run, off_run, goal):
     """MPI staging on the one GPU: tiny fp32 on 2 ranks x B against 1 rank x 2B (absolute
     tolerance on each of the first 10 losses), then GPT-2's exposed communication per step
@@ -487,6 +518,7 @@ def failures(metrics_file, most):
 
 
 COMMANDS = {"gtest": gtest, "memcheck": memcheck, "losses": losses, "staged": staged,
+            "nccl_train": nccl_train,
             "speed": speed,
             "bench": bench, "torch": torch_result, "compare": compare, "outfiles": outfiles}
 
