@@ -457,8 +457,9 @@ stage_staged() {
 }
 
 # comm.backend nccl (issue 36): tiny fp32 on one rank with the NCCL device path (buckets
-# reduced on the comm stream under backward; over one rank a mean is the gradient itself)
-# against the same run without communication; then 2 NCCL ranks on the one GPU, where NCCL
+# reduced on the comm stream under backward by ncclAllReduce with ncclAvg, which over one
+# rank leaves the gradient as it is; our ring has no work on one rank) against the same run
+# without communication; then 2 NCCL ranks on the one GPU, where NCCL
 # is expected to refuse the duplicate GPU: what it says goes under the row, not a failure.
 nccl_train_run() {  # nccl_train_run LABEL RANKS SETS...
   local label=$1 ranks=$2
@@ -485,7 +486,7 @@ stage_nccl_train() {
   fi
   nccl_train_run plain 1 --set run.device=cuda --set comm.backend=mpi
   local rc1=$?
-  nccl_train_run one 1 --set run.device=cuda --set comm.backend=nccl
+  nccl_train_run one 1 --set run.device=cuda --set comm.backend=nccl --set comm.allreduce=native
   local rc2=$?
   if [[ $rc1 -ne 0 || $rc2 -ne 0 ]]; then
     result FAIL "tiny on cuda: no comm rc=$rc1, 1 NCCL rank rc=$rc2"

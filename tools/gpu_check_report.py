@@ -241,7 +241,8 @@ def nccl_train(plain_run, nccl_run, tol):
     same seed): the first 10 losses, how many are bitwise equal and the largest difference
     (FAIL above TOL: two cuda runs may differ in the last bits, since weight gradients of the
     embedding, LayerNorm and biases and attention's dq add with atomics); and in every record
-    of the NCCL run, comm > 0 and comm >= comm_exposed (the profiler's rule)."""
+    of the NCCL run, comm >= comm_exposed (the profiler's rule; over one rank a bucket's
+    comm can round to 0 in the record)."""
     tol = float(tol)
     try:
         a = [r["loss"] for r in records(plain_run)][:10]
@@ -255,15 +256,17 @@ def nccl_train(plain_run, nccl_run, tol):
     d = [abs(x - y) for x, y in zip(a, b)]
     same = sum(1 for x, y in zip(a, b) if x == y)
     bad_rule = [i + 1 for i, r in enumerate(nrec)
-                if not (0 < r["time_ms"]["comm"] and r["time_ms"]["comm_exposed"] <= r["time_ms"]["comm"])]
+                if r["time_ms"]["comm_exposed"] > r["time_ms"]["comm"]]
+    comm = sorted(r["time_ms"]["comm"] for r in nrec)
     metrics = {"plain_losses": a, "nccl_losses": b, "bitwise_equal": same,
                "max_abs_diff": max(d), "tolerance_abs": tol, "rule_broken_steps": bad_rule,
                "comm_ms": [r["time_ms"]["comm"] for r in nrec],
                "comm_exposed_ms": [r["time_ms"]["comm_exposed"] for r in nrec]}
     status = "ok" if max(d) <= tol and not bad_rule else "FAIL"
     return out(status, f"1 NCCL rank vs no comm: {same}/10 losses bitwise equal, max diff "
-               f"{max(d):.2e} (tol {tol:g}); comm > 0 and >= exposed in "
-               f"{len(nrec) - len(bad_rule)}/{len(nrec)} records"
+               f"{max(d):.2e} (tol {tol:g}); comm >= exposed in "
+               f"{len(nrec) - len(bad_rule)}/{len(nrec)} records, comm median "
+               f"{comm[len(comm) // 2] if comm else 0:.3f} ms"
                + (f", broken at steps {bad_rule[:5]}" if bad_rule else ""), metrics)
 
 
