@@ -44,6 +44,9 @@ class DeviceComm {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
+  // Makes now, outside any step, whatever reduce_mean needs for buckets of COUNTS floats
+  // (scratch), so that a step allocates nothing.
+  virtual void reserve(const std::vector<size_t>& counts) = 0;
   // On the comm stream, behind all work queued on the compute stream so far: BUF[0, COUNT)
   // (fp32, the device's memory) becomes its mean over the ranks, by ALGO (ring: ringstep's
   // ring; native: the library's AllReduce with averaging). TAG names it in the spans. Returns

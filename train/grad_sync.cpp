@@ -104,6 +104,11 @@ void GradSync::setup(FlatBuffer& grads, const GptSpec& spec) {
   pending_.clear();
   sign_calls_.clear();
   for (size_t b = 0; b < buckets_.size(); ++b) pending_.push_back(std::make_unique<Pending>());
+  if (device_comm_) {
+    std::vector<size_t> counts;
+    for (const Bucket& k : buckets_) counts.push_back(k.end - k.begin);
+    device_comm_->reserve(counts);
+  }
 }
 
 void GradSync::enqueue_bucket(size_t b) {

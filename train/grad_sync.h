@@ -106,7 +106,8 @@ class GradSync final : public Reducer {
   int rank() const { return rank_; }
   int world() const override { return world_; }
   // Cuts MODEL's gradient buffer into buckets; with more than one rank and gradients on a
-  // GPU, allocates their pinned host staging copy. Each bucket is then staged on its own:
+  // GPU, allocates their pinned host staging copy (with a DeviceComm instead, has it
+  // reserve its scratch for the buckets). Each bucket is then staged on its own:
   // copied out as backward finishes it, reduced, copied back (Runtime::copy_to_host_async).
   void setup(Gpt& model);
   // The same for GRADS laid out by SPEC (what setup(Gpt&) passes; a test's own buffer).

@@ -41,6 +41,16 @@ ncclDataType_t nccl_type(DType dt) {
 
 constexpr size_t kDefaultChunkBytes = size_t(1) << 20;
 
+size_t ring_chunks(size_t count, int n, DType dt, const RingOptions& opt) {
+  return ring_chunks_per_segment(count, n, dt, opt.chunk_bytes ? opt.chunk_bytes : kDefaultChunkBytes);
+}
+
+// The ring's staging: one slot per sub-chunk of the largest segment.
+size_t ring_scratch_bytes(size_t count, int n, DType dt, const RingOptions& opt) {
+  const size_t chunks = ring_chunks(count, n, dt, opt);
+  return chunks * ((shard_of(count, n, 0).count + chunks - 1) / chunks) * dtype_size(dt);
+}
+
 }  // namespace
 
 struct NcclComm::Impl {
@@ -124,11 +134,10 @@ void NcclComm::allreduce_ring(void* buf, size_t count, DType dt, const RingOptio
   const int n = m.size;
   if (n == 1 || count == 0) return;
   const size_t esize = dtype_size(dt);
-  const size_t chunk_bytes = opt.chunk_bytes ? opt.chunk_bytes : kDefaultChunkBytes;
-  const size_t chunks = ring_chunks_per_segment(count, n, dt, chunk_bytes);
+  const size_t chunks = ring_chunks(count, n, dt, opt);
   const RingSchedule ring{count, n, m.rank, chunks};
   const size_t slot_elems = (shard_of(count, n, 0).count + chunks - 1) / chunks;
-  auto* staging = static_cast<std::byte*>(m.staging(chunks * slot_elems * esize));
+  auto* staging = static_cast<std::byte*>(m.staging(ring_scratch_bytes(count, n, dt, opt)));
   auto* data = static_cast<std::byte*>(buf);
   const size_t total = size_t(ring.steps()) * chunks;
   auto recv_event = [&](size_t t) { return m.event(2 * t); };
@@ -155,6 +164,11 @@ void NcclComm::allreduce_ring(void* buf, size_t count, DType dt, const RingOptio
     launch_reduce_sum(data + in.offset * esize, dst, in.count, dt, divisor, m.reduce_stream);
     CUDA_CHECK(cudaEventRecord(reduced_event(t), m.reduce_stream));
   }
+}
+
+void NcclComm::reserve_ring(size_t count, DType dt, const RingOptions& opt) {
+  Impl& m = *impl_;
+  if (m.size > 1 && count > 0) m.staging(ring_scratch_bytes(count, m.size, dt, opt));
 }
 
 void NcclComm::synchronize(Stream stream, double timeout_s) {

@@ -56,6 +56,10 @@ class NcclComm {
   // hop; opt.chunk_bytes (0: 1 MiB) sets the pipeline's sub-chunk. Scratch of one segment
   // is allocated on first use and kept.
   void allreduce_ring(void* buf, size_t count, DType dt, const RingOptions& opt, Stream stream);
+  // Allocates now the scratch allreduce_ring needs for COUNT elements of DT (with OPT's
+  // sub-chunks), so that calls up to that size allocate nothing (cudaMalloc and cudaFree
+  // synchronise the device).
+  void reserve_ring(size_t count, DType dt, const RingOptions& opt);
 
   // Waits for STREAM, polling NCCL's asynchronous error every millisecond; after
   // TIMEOUT_S seconds without completion, or on an error, aborts (see above).

@@ -95,15 +95,27 @@ NcclDeviceComm::~NcclDeviceComm() = default;
 int NcclDeviceComm::rank() const { return impl_->comm.rank(); }
 int NcclDeviceComm::size() const { return impl_->comm.size(); }
 
+namespace {
+
+RingOptions mean_options() {
+  RingOptions opt;
+  opt.average = true;
+  return opt;
+}
+
+}  // namespace
+
+void NcclDeviceComm::reserve(const std::vector<size_t>& counts) {
+  for (size_t c : counts) impl_->comm.reserve_ring(c, DType::f32, mean_options());
+}
+
 void NcclDeviceComm::reduce_mean(float* buf, size_t count, AllreduceAlgo algo, uint64_t tag) {
   Impl& m = *impl_;
   const size_t ready = m.mark(kCompute);
   CUDA_CHECK(cudaStreamWaitEvent(m.stream, m.events[ready], 0));
   const size_t start = m.mark(m.stream);
   if (algo == AllreduceAlgo::ring) {
-    RingOptions opt;
-    opt.average = true;
-    m.comm.allreduce_ring(buf, count, DType::f32, opt, m.stream);
+    m.comm.allreduce_ring(buf, count, DType::f32, mean_options(), m.stream);
   } else {
     m.comm.allreduce_native(buf, count, DType::f32, /*average=*/true, m.stream);
   }

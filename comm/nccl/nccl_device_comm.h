@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "comm/device_comm.h"
 
@@ -25,6 +26,7 @@ class NcclDeviceComm final : public DeviceComm {
 
   int rank() const override;
   int size() const override;
+  void reserve(const std::vector<size_t>& counts) override;  // the ring's scratch
   void reduce_mean(float* buf, size_t count, AllreduceAlgo algo, uint64_t tag) override;
   void compute_waits_for_comm() override;
   void poll_errors() override;

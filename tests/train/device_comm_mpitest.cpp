@@ -63,6 +63,9 @@ TEST(DeviceCommPath, BucketsGiveTheHostPathsBits) {
       sync.setup(device_grads, spec);
       const std::vector<Bucket>& buckets = sync.buckets();
       ASSERT_GT(buckets.size(), 2u) << what;
+      ASSERT_EQ(dev.reserved.size(), buckets.size()) << what << ": scratch made at setup";
+      for (size_t b = 0; b < buckets.size(); ++b)
+        EXPECT_EQ(dev.reserved[b], buckets[b].end - buckets[b].begin) << what;
       const std::function<void(int)> hook = sync.unit_hook();
       ASSERT_EQ(bool(hook), overlap) << what;
       for (int step = 0; step < 2; ++step) {  // a second step: the marks start afresh

@@ -16,6 +16,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "comm/device_comm.h"
 #include "comm/engine.h"
@@ -42,6 +43,8 @@ class FakeDeviceComm final : public DeviceComm {
 
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
+
+  void reserve(const std::vector<size_t>& counts) override { reserved = counts; }
 
   void reduce_mean(float* buf, size_t count, AllreduceAlgo algo, uint64_t tag) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -86,7 +89,8 @@ class FakeDeviceComm final : public DeviceComm {
     return std::exchange(times_, {});
   }
 
-  int compute_waits = 0;  // calls of compute_waits_for_comm (the training thread's only)
+  int compute_waits = 0;         // calls of compute_waits_for_comm (the training thread's only)
+  std::vector<size_t> reserved;  // the last reserve()'s counts
 
  private:
   void run() {
