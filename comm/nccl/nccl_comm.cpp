@@ -189,11 +189,17 @@ void NcclComm::synchronize(Stream stream, double timeout_s) {
 }
 
 void NcclComm::check_async_error() {
+  if (const std::string why = async_error(); !why.empty()) impl_->abort_with(why);
+}
+
+std::string NcclComm::async_error() {
   Impl& m = *impl_;
+  if (m.comm == nullptr) return "the communicator was aborted";
   ncclResult_t async = ncclSuccess;
-  NCCL_CHECK(m.comm, ncclCommGetAsyncError(m.comm, &async));
-  if (async != ncclSuccess && async != ncclInProgress)
-    m.abort_with(std::string("asynchronous error: ") + ncclGetErrorString(async));
+  const ncclResult_t r = ncclCommGetAsyncError(m.comm, &async);
+  if (r != ncclSuccess) return std::string("ncclCommGetAsyncError failed: ") + ncclGetErrorString(r);
+  if (async == ncclSuccess || async == ncclInProgress) return "";
+  return std::string("asynchronous error: ") + ncclGetErrorString(async);
 }
 
 void NcclComm::abort_with(const std::string& why) { impl_->abort_with(why); }

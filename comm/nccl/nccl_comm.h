@@ -66,6 +66,9 @@ class NcclComm {
   void synchronize(Stream stream, double timeout_s);
   // Polls NCCL's asynchronous error once, without waiting: on an error, aborts (see above).
   void check_async_error();
+  // NCCL's asynchronous error, "" when there is none; aborts nothing. Callable from another
+  // thread (a watchdog) while this one is in use.
+  std::string async_error();
   // Aborts the communicator and throws the CommError above, WHY in its text.
   [[noreturn]] void abort_with(const std::string& why);
 

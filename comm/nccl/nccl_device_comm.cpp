@@ -2,8 +2,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,8 +25,18 @@ const cudaStream_t kCompute = cudaStreamLegacy;
 }  // namespace
 
 struct NcclDeviceComm::Impl {
+  Communicator& host;
   NcclComm comm;
   double timeout_s;
+  // The watchdog: while a step's reductions are queued and not yet read (pending_since_ns,
+  // 0 = none), it polls NCCL's asynchronous error once a second; on an error, or after
+  // timeout_s pending, it says why, naming this rank and its ring neighbours, and aborts the
+  // job: the training thread may be blocked in a device read that would never return.
+  std::atomic<int64_t> pending_since_ns{0};
+  std::mutex watch_mu;
+  std::condition_variable watch_cv;
+  bool stop = false;
+  std::thread watchdog;
   cudaStream_t stream = nullptr;       // the comm stream
   std::vector<cudaEvent_t> events;     // the pool; events[0 .. used) are this step's marks
   size_t used = 0;
@@ -38,14 +52,41 @@ struct NcclDeviceComm::Impl {
   std::vector<Reduction> reductions;
   std::vector<Wait> waits;
 
-  Impl(Communicator& host, double t) : comm(host), timeout_s(t) {
+  Impl(Communicator& h, double t) : host(h), comm(h), timeout_s(t) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    watchdog = std::thread([this] { watch(); });
   }
   ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(watch_mu);
+      stop = true;
+    }
+    watch_cv.notify_all();
+    watchdog.join();
     for (cudaEvent_t e : events) cudaEventDestroy(e);
     if (stream) cudaStreamDestroy(stream);
   }
 
+  void watch() {
+    std::unique_lock<std::mutex> lock(watch_mu);
+    while (!watch_cv.wait_for(lock, std::chrono::seconds(1), [&] { return stop; })) {
+      const int64_t since = pending_since_ns.load();
+      if (since == 0) continue;
+      std::string why = comm.async_error();
+      const double waited = double(steady_now_ns() - since) / 1e9;
+      if (why.empty() && waited < timeout_s) continue;
+      if (why.empty())
+        why = "the step's gradient reductions have not completed after " +
+              std::to_string(int(waited)) + " s (a peer is lost or stuck)";
+      const int n = comm.size(), r = comm.rank();
+      std::fprintf(stderr,
+                   "[ringstep rank %d] NCCL watchdog: %s; this rank's ring neighbours are ranks "
+                   "%d and %d. Aborting the job.\n",
+                   r, why.c_str(), (r + n - 1) % n, (r + 1) % n);
+      std::fflush(stderr);
+      host.abort_job(1);
+    }
+  }
   // A timing event recorded on STREAM now; returns its index. The first of a step is the
   // origin, recorded on the compute stream.
   size_t mark(cudaStream_t s) {
@@ -111,6 +152,8 @@ void NcclDeviceComm::reserve(const std::vector<size_t>& counts) {
 
 void NcclDeviceComm::reduce_mean(float* buf, size_t count, AllreduceAlgo algo, uint64_t tag) {
   Impl& m = *impl_;
+  int64_t idle = 0;
+  m.pending_since_ns.compare_exchange_strong(idle, steady_now_ns());
   const size_t ready = m.mark(kCompute);
   CUDA_CHECK(cudaStreamWaitEvent(m.stream, m.events[ready], 0));
   const size_t start = m.mark(m.stream);
@@ -139,6 +182,7 @@ DeviceCommTimes NcclDeviceComm::read_times() {
   Impl& m = *impl_;
   DeviceCommTimes t;
   for (size_t i = 0; i < m.used; ++i) m.wait_for(i);
+  m.pending_since_ns = 0;
   for (const Impl::Reduction& r : m.reductions)
     t.spans.push_back({"allreduce", r.tag, m.at(r.ready), m.at(r.start), m.at(r.end), r.bytes});
   for (const Impl::Wait& w : m.waits) t.waits.push_back({m.at(w.before), m.at(w.after)});

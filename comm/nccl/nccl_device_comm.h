@@ -7,7 +7,10 @@
 //   compute_waits_for_comm: event on the comm stream after its last reduction; on the
 //                 compute stream a mark, the wait on that event, a mark.
 // Marks are timing events from a pool reused step after step; read_times() waits for them
-// while polling NCCL's asynchronous error. Plain C++ header: CUDA types stay in the .cpp.
+// while polling NCCL's asynchronous error. A watchdog thread polls it too while a step's
+// reductions are pending, and aborts the job (Communicator::abort_job, naming this rank and
+// its ring neighbours) on an error or after the timeout. Plain C++ header: CUDA types stay
+// in the .cpp.
 #pragma once
 
 #include <memory>
