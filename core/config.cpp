@@ -210,9 +210,11 @@ void check_cross_fields(const Config& c, const Reader& reader) {
                     ") must be <= 'precision.loss_scale.initial' (" + num(ls.initial) + ")");
   }
   if (c.comm.backend == CommBackend::nccl && c.run.device != Device::cuda) {
+    const std::string device(name(c.run.device));
     reader.fail({"comm.backend", "run.device"},
-                "'comm.backend' nccl reduces gradients in GPU memory: it needs run.device cuda; "
-                "use mpi on " + std::string(name(c.run.device)));
+                "'comm.backend' nccl reduces gradients in GPU memory: it needs run.device "
+                "cuda; use mpi on " +
+                    device);
   }
   // What the GPU trainer does not run yet (docs/gpu.md).
   if (c.run.device == Device::cuda && c.optimizer.name != OptimizerKind::adamw) {

@@ -42,7 +42,8 @@ ncclDataType_t nccl_type(DType dt) {
 constexpr size_t kDefaultChunkBytes = size_t(1) << 20;
 
 size_t ring_chunks(size_t count, int n, DType dt, const RingOptions& opt) {
-  return ring_chunks_per_segment(count, n, dt, opt.chunk_bytes ? opt.chunk_bytes : kDefaultChunkBytes);
+  return ring_chunks_per_segment(count, n, dt,
+                                 opt.chunk_bytes ? opt.chunk_bytes : kDefaultChunkBytes);
 }
 
 // The ring's staging: one slot per sub-chunk of the largest segment.
@@ -197,7 +198,8 @@ std::string NcclComm::async_error() {
   if (m.comm == nullptr) return "the communicator was aborted";
   ncclResult_t async = ncclSuccess;
   const ncclResult_t r = ncclCommGetAsyncError(m.comm, &async);
-  if (r != ncclSuccess) return std::string("ncclCommGetAsyncError failed: ") + ncclGetErrorString(r);
+  if (r != ncclSuccess)
+    return std::string("ncclCommGetAsyncError failed: ") + ncclGetErrorString(r);
   if (async == ncclSuccess || async == ncclInProgress) return "";
   return std::string("asynchronous error: ") + ncclGetErrorString(async);
 }

@@ -37,10 +37,10 @@ struct NcclDeviceComm::Impl {
   std::condition_variable watch_cv;
   bool stop = false;
   std::thread watchdog;
-  cudaStream_t stream = nullptr;       // the comm stream
-  std::vector<cudaEvent_t> events;     // the pool; events[0 .. used) are this step's marks
+  cudaStream_t stream = nullptr;    // the comm stream
+  std::vector<cudaEvent_t> events;  // the pool; events[0 .. used) are this step's marks
   size_t used = 0;
-  int64_t origin_ns = 0;               // host time of the step's first mark (events[0])
+  int64_t origin_ns = 0;  // host time of the step's first mark (events[0])
   struct Reduction {
     size_t ready, start, end;  // indices into events
     uint64_t tag;

@@ -139,7 +139,8 @@ TEST_F(Nccl, DeviceCommReducesBucketsBehindTheComputeStream) {
     std::vector<float*> bufs;
     for (size_t c : counts) {
       std::vector<float> v(c);
-      for (size_t i = 0; i < c; ++i) v[i] = float(int((i * 7 + size_t(world().rank()) * 3) % 11) - 5);
+      for (size_t i = 0; i < c; ++i)
+        v[i] = float(int((i * 7 + size_t(world().rank()) * 3) % 11) - 5);
       auto* d = static_cast<float*>(cuda::device_alloc(c * sizeof(float)));
       cuda::copy_to_device(d, v.data(), c * sizeof(float));
       bufs.push_back(d);

@@ -4,6 +4,8 @@
 // pack_signs' bytes. Same scales: 16 lane sums per run, combined in order, give
 // sign_scale's bits for both kinds, one run and many, with a tail. Same errors: z = x + e,
 // then z - s sign z, is what SignAllreduce::encode leaves in its error buffer.
+#include "comm/sign_code.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "comm/sign_allreduce.h"
-#include "comm/sign_code.h"
 
 namespace ringstep {
 namespace {
@@ -62,7 +63,8 @@ float kernel_scale(const std::vector<float>& z, OneBitScale kind) {
   for (size_t begin = 0; begin < z.size(); begin += kScaleRun) {
     const size_t len = std::min(kScaleRun, z.size() - begin);
     double lanes[sc::kLanes];
-    for (int l = 0; l < sc::kLanes; ++l) lanes[l] = sc::lane_sum(z.data() + begin, len, mean_abs, l);
+    for (int l = 0; l < sc::kLanes; ++l)
+      lanes[l] = sc::lane_sum(z.data() + begin, len, mean_abs, l);
     sum += sc::combine_run(lanes, z.data() + begin, len, mean_abs);
   }
   return sc::scale_from_sum(sum, z.size(), mean_abs);
@@ -74,8 +76,8 @@ uint32_t bits_of(float f) {
   return u;
 }
 
-const std::vector<size_t> kCounts = {1, 7, 8, 31, 32, 33, 100, 1000, kScaleRun - 1, kScaleRun,
-                                     kScaleRun + 17, 3 * kScaleRun + 5};
+const std::vector<size_t> kCounts = {
+    1, 7, 8, 31, 32, 33, 100, 1000, kScaleRun - 1, kScaleRun, kScaleRun + 17, 3 * kScaleRun + 5};
 
 TEST(SignCodeGpu, BallotWordsGivePackSignsBytes) {
   for (size_t n : kCounts) {
@@ -120,8 +122,8 @@ TEST(SignCodeGpu, ErrorFeedbackMatchesEncode) {
         for (float& v : x)
           if (std::isnan(v)) v = -0.5f;
         code.encode(x.data(), ref_error.data());
-        for (size_t i = 0; i < n; ++i) error[i] = x[i] + error[i];  // add_error_kernel
-        const float s = kernel_scale(error, kind);                  // launch_scale
+        for (size_t i = 0; i < n; ++i) error[i] = x[i] + error[i];               // add_error_kernel
+        const float s = kernel_scale(error, kind);                               // launch_scale
         for (size_t i = 0; i < n; ++i) error[i] = sc::error_after(error[i], s);  // code_kernel
         size_t wrong = 0;
         for (size_t i = 0; i < n; ++i) wrong += bits_of(error[i]) != bits_of(ref_error[i]);

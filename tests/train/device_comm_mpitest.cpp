@@ -70,7 +70,8 @@ TEST(DeviceCommPath, BucketsGiveTheHostPathsBits) {
       ASSERT_EQ(bool(hook), overlap) << what;
       for (int step = 0; step < 2; ++step) {  // a second step: the marks start afresh
         if (step == 1)
-          for (size_t i = 0; i < n; ++i) device_grads.data()[i] = testing::wavy_value(comm.rank(), i);
+          for (size_t i = 0; i < n; ++i)
+            device_grads.data()[i] = testing::wavy_value(comm.rank(), i);
         run_hook(hook, spec);
         const int64_t finish_called = steady_now_ns();
         GradSync::Result r = sync.finish();
