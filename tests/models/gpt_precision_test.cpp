@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -59,8 +60,10 @@ Result RunModel(DType dt, RecomputePolicy policy, int k = 2, int B = 2, int T = 
     const Batch b = MakeBatch(B, T, mc.vocab_size, 100 + micro);
     r.losses.push_back(m.forward(b.in.data(), b.tg.data(), B, T, arena));
     std::vector<int> done;
-    m.backward(0.5f, arena, [&](int l) { done.push_back(l); });
-    EXPECT_EQ(done.size(), size_t(mc.n_layers + 1));
+    m.backward(0.5f, arena, [&](int unit) { done.push_back(unit); });
+    std::vector<int> every_unit(size_t(m.spec().embedding_unit() + 1));
+    std::iota(every_unit.begin(), every_unit.end(), 0);
+    EXPECT_EQ(done, every_unit) << "each unit reported once, in backward order";
     r.recompute_ms += m.last_recompute_ms();
   }
   EXPECT_EQ(arena.used_bytes(), 0u) << "backward releases everything forward took";
