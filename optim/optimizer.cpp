@@ -22,15 +22,8 @@ std::unique_ptr<Optimizer> make_optimizer(const Registry& reg, const Config& cfg
                        may_skip, ob.compress},
           cfg.run.device);
     }
-    case OptimizerKind::zero_one_adam: {
-      const ZeroOneConfig& zo = cfg.optimizer.zero_one;
-      const OneBitConfig& ob = cfg.optimizer.onebit;  // the sign code's knobs
-      return std::make_unique<ZeroOneAdam>(
-          reg, hp,
-          ZeroOneParams{zo.var_freeze_step, zo.var_update_scaler, zo.local_step_scaler,
-                        zo.local_step_clipper, cfg.train.steps,
-                        SignCode{ob.scale, size_t(ob.scale_block)}});
-    }
+    case OptimizerKind::zero_one_adam:
+      return std::make_unique<ZeroOneAdam>(reg, hp, zero_one_params(cfg));
   }
   throw std::logic_error("make_optimizer: unknown optimizer");
 }

@@ -39,11 +39,21 @@ ZeroOneAdam::ZeroOneAdam(const Registry& reg, const AdamWParams& hp, const ZeroO
   scalars_.data()[2] = 0.0f;  // S
 }
 
+OneBitStage ZeroOneSchedule::stage(int64_t s, int world) const {
+  if (world == 1 || updates_variance(s)) return OneBitStage::warmup;
+  if (s <= p.var_freeze_step) return OneBitStage::compressed;
+  return syncs(s) ? OneBitStage::sync : OneBitStage::local;
+}
+
+ZeroOneParams zero_one_params(const Config& cfg) {
+  const ZeroOneConfig& zo = cfg.optimizer.zero_one;
+  const OneBitConfig& ob = cfg.optimizer.onebit;  // the sign code's knobs
+  return {zo.var_freeze_step,    zo.var_update_scaler, zo.local_step_scaler,
+          zo.local_step_clipper, cfg.train.steps,      SignCode{ob.scale, size_t(ob.scale_block)}};
+}
+
 std::optional<OneBitStage> ZeroOneAdam::stage(int world) const {
-  const int64_t s = t_ + 1;
-  if (world == 1 || sched_.updates_variance(s)) return OneBitStage::warmup;
-  if (s <= sched_.p.var_freeze_step) return OneBitStage::compressed;
-  return sched_.syncs(s) ? OneBitStage::sync : OneBitStage::local;
+  return sched_.stage(t_ + 1, world);
 }
 
 bool ZeroOneAdam::replicas_agree() const { return t_ == 0 || sched_.syncs(t_); }

@@ -60,14 +60,19 @@ struct ZeroOneSchedule {
   // interval is I = min(2^g, H); s syncs where (f - g local_step_scaler) is a multiple of
   // I, at the group's last step, and at last_step. Before F every step syncs.
   bool syncs(int64_t s) const;
+  // The stage of step S on WORLD ranks: warmup (a T_v step, or one rank: nothing to
+  // compress, plain Adam), compressed (before F), sync or local (after F).
+  OneBitStage stage(int64_t s, int world) const;
 };
+
+// The knobs of CFG's optimizer.zero_one and sign code, its train.steps the last step.
+ZeroOneParams zero_one_params(const Config& cfg);
 
 class ZeroOneAdam final : public Optimizer {
  public:
   ZeroOneAdam(const Registry& reg, const AdamWParams& hp, const ZeroOneParams& zo);
 
-  // Optimizer. Stage of the next step: warmup (a T_v step, or one rank: nothing to
-  // compress, plain Adam), compressed (before F), sync or local (after F).
+  // Optimizer. Stage of the next step: the schedule's (ZeroOneSchedule::stage).
   bool wants_allreduce(int world) const override { return *stage(world) == OneBitStage::warmup; }
   std::optional<OneBitStage> stage(int world) const override;
   bool begin_under_backward(const float*, double, Reducer&) override { return false; }
