@@ -17,19 +17,21 @@ struct BenchCommand {
 };
 
 struct PlanCommand {
-  std::string config;                    // CONFIG to predict, or
-  std::string check_dir, calibrate_dir;  // --check RUN_DIR, --calibrate RUN_DIR
+  std::string config;                       // CONFIG to predict, or
+  std::string check_dir;                    // --check RUN_DIR
+  std::vector<std::string> calibrate_dirs;  // --calibrate RUN_DIR...
   std::vector<std::string> overrides;
-  int ranks = 1, gpus_per_node = 0;  // 0: all ranks on one node
+  int ranks = 1, gpus_per_node = 0;                                    // 0: all ranks on one node
   int tensor_parallel = 1, pipeline_parallel = 1, virtual_stages = 1;  // train/plan.h
-  bool distributed_optimizer = false;
-  double link_gbps = 0;              // 0: the device's links
-  std::string device;                // "" = cpu
+  bool distributed_optimizer = false, tp_comm_overlap = false;
+  double link_gbps = 0;  // 0: the device's links
+  std::string device;    // "" = cpu
   std::string calibration, bench, output;
   bool json = false;
 };
 // `ringstep plan` (train/plan.h, docs/plan.md): CONFIG's step predicted on RANKS of DEVICE;
-// --calibrate RUN_DIR prints (and with OUTPUT writes) the efficiencies fitted from a run;
+// --calibrate RUN_DIR... prints (and with OUTPUT writes) the efficiencies fitted from runs
+// (the median of each run's fit);
 // --check RUN_DIR predicts a finished run and prints the error per field.
 int run_plan(const PlanCommand& opts);
 

@@ -89,9 +89,10 @@ int main(int argc, char** argv) {
           ->type_name("RUN_DIR");
   CLI::Option* plan_calibrate =
       plan_cmd
-          ->add_option("--calibrate", plan.calibrate_dir,
-                       "Fit the CPU's per-op-class efficiencies to this run's op-timed steps")
-          ->type_name("RUN_DIR");
+          ->add_option("--calibrate", plan.calibrate_dirs,
+                       "Fit the CPU's per-op-class efficiencies to these runs' op-timed steps "
+                       "(the median of each run's fit)")
+          ->type_name("RUN_DIR...");
   plan_config->excludes(plan_check)->excludes(plan_calibrate);
   plan_check->excludes(plan_calibrate);
   plan_cmd->add_option("--set", plan.overrides, "Override a config key, repeatable")
@@ -126,6 +127,11 @@ int main(int argc, char** argv) {
   plan_cmd
       ->add_flag("--distributed-optimizer", plan.distributed_optimizer,
                  "Model the optimizer sharded over the data-parallel replicas (ZeRO-1)")
+      ->needs(plan_config);
+  plan_cmd
+      ->add_flag("--tp-comm-overlap", plan.tp_comm_overlap,
+                 "Model tensor-parallel collectives hidden under their products (Transformer "
+                 "Engine's tp-comm-overlap)")
       ->needs(plan_config);
   plan_cmd
       ->add_option("--link-gbps", plan.link_gbps,
@@ -193,7 +199,7 @@ int main(int argc, char** argv) {
     if (*bench_cmd) return run_bench(bench, argc, argv);
     if (*report_cmd) return run_report(report_dir, report_json);
     if (*plan_cmd) {
-      if (plan.config.empty() && plan.check_dir.empty() && plan.calibrate_dir.empty())
+      if (plan.config.empty() && plan.check_dir.empty() && plan.calibrate_dirs.empty())
         throw InputError("plan: give a CONFIG, --check RUN_DIR or --calibrate RUN_DIR");
       return run_plan(plan);
     }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -37,19 +38,35 @@ ReportData analyze_run(const std::string& run_dir) {
   return analyze(run_dir, measure_machine(std::min(first.threads, hardware_threads())));
 }
 
-int calibrate_command(const PlanCommand& o) {
-  const ReportData r = analyze_run(o.calibrate_dir);
-  if (r.op_steps == 0)
-    throw InputError("'" + o.calibrate_dir +
-                     "' has no op-timed steps to calibrate from: run it with --set "
-                     "profile.op_every=1");
+// A run's averaged ops as the calibration reads them.
+OpProfile run_ops(const ReportData& r) {
   OpProfile ops;
   for (const OpRow& row : r.ops) {
     OpStat& s = ops.at(row.phase, row.op);
     s.calls = int64_t(std::lround(row.calls)), s.ms = row.ms, s.flops = row.flops;
     s.bytes = row.bytes;
   }
-  // This CPU's yardsticks, measured now (best of three each), then the run's ops against them.
+  return ops;
+}
+
+int calibrate_command(const PlanCommand& o) {
+  std::vector<ReportData> runs;
+  for (const std::string& dir : o.calibrate_dirs) {
+    runs.push_back(analyze_run(dir));
+    const ReportData& r = runs.back();
+    if (r.op_steps == 0)
+      throw InputError("'" + dir +
+                       "' has no op-timed steps to calibrate from: run it with --set "
+                       "profile.op_every=1");
+    const ReportData& a = runs.front();
+    if (r.world != a.world || r.threads != a.threads ||
+        r.config.precision.dtype != a.config.precision.dtype)
+      throw InputError("--calibrate: '" + dir + "' ran at another shape than '" +
+                       o.calibrate_dirs.front() +
+                       "' (ranks, threads or precision.dtype): calibrate one shape at a time");
+  }
+  // This CPU's yardsticks, measured now (best of three each), then each run's ops against
+  // them, and the median of the runs' fits.
   CpuCalibration cal;
   const int cores = hardware_threads();
   for (int rep = 0; rep < 3; ++rep) {
@@ -62,13 +79,21 @@ int calibrate_command(const PlanCommand& o) {
         std::max(cal.node_bandwidth_gbs, measure_machine(cores).mem_bandwidth_gbs);
   }
   cal.cores = cores;
-  const PlanDevice dev = cpu_device(cal, r.config.precision.dtype, std::max(1, r.threads), r.world);
-  const double exposed = r.step_ms_p50 * r.pct.comm_exposed / 100;
-  const PlanDevice d = calibrate(ops, dev.peak_gflops, dev.mem_bandwidth_gbs, r.step_ms_p50,
-                                 exposed, o.calibrate_dir);
+  std::vector<PlanDevice> fits;
+  std::string dirs;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const ReportData& r = runs[i];
+    const PlanDevice dev =
+        cpu_device(cal, r.config.precision.dtype, std::max(1, r.threads), r.world);
+    const double exposed = r.step_ms_p50 * r.pct.comm_exposed / 100;
+    fits.push_back(calibrate(run_ops(r), dev.peak_gflops, dev.mem_bandwidth_gbs, r.step_ms_p50,
+                             exposed, o.calibrate_dirs[i]));
+    dirs += (i ? ", " : "") + o.calibrate_dirs[i];
+  }
+  const PlanDevice d = median_fit(fits);
   cal.efficiency = d.efficiency;
   cal.step_overhead_ms = d.step_overhead_ms;
-  cal.source = "calibrated from " + o.calibrate_dir;
+  cal.source = "calibrated from " + dirs;
   const std::string text = to_json(cal).dump(2) + "\n";
   if (!o.output.empty()) write_file_atomic(o.output, text);
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -129,17 +154,30 @@ void print_prediction(const Config& cfg, const PlanDevice& dev, const PlanCluste
   std::printf("\n");
   if (mp.model_ranks() > 1 || mp.distributed_optimizer)
     std::printf(
-        "  parallel   tensor %d x pipeline %d (%d virtual stage%s) x data %d%s; the last stage's "
+        "  parallel   tensor %d x pipeline %d (%d virtual stage%s) x data %d%s%s; the last stage's "
         "step (Megatron's layout; ringstep trains data-parallel only)\n",
         mp.tensor, mp.pipeline, mp.virtual_stages, mp.virtual_stages == 1 ? "" : "s",
-        p.data_parallel, mp.distributed_optimizer ? ", optimizer sharded over data" : "");
+        p.data_parallel, mp.distributed_optimizer ? ", optimizer sharded over data" : "",
+        mp.tensor_comm_overlap ? ", tensor-parallel comm under the products" : "");
   if (p.data_parallel > 1)
     std::printf(
         "  comm       %d bucket%s of comm.bucket_mb = %g, %.2f ms in flight (%s), %s "
         "sent per rank\n",
         p.buckets, p.buckets == 1 ? "" : "s", cfg.comm.bucket_mb, p.comm_ms,
-        cfg.optimizer.name == OptimizerKind::onebit_adam ? "1-bit" : name(p.algorithm),
+        cfg.optimizer.name == OptimizerKind::adamw         ? name(p.algorithm)
+        : cfg.optimizer.name == OptimizerKind::onebit_adam ? "1-bit"
+                                                           : "the run's mean of fp32 and 1-bit",
         mib(p.sent_bytes).c_str());
+  if (p.staged) {
+    std::printf("  0/1 Adam   the mean of %d steps; each stage's steps x one step, sent per rank:",
+                cfg.train.steps);
+    for (const auto& [stage, stage_name] : enum_names(OneBitStage{})) {
+      const StagePrediction& s = p.stages[size_t(stage)];
+      std::printf(" %s %d x %.2f ms, %s;", stage_name, s.steps, s.step_ms,
+                  mib(s.sent_bytes).c_str());
+    }
+    std::printf(" %s over the run\n", mib(p.run_sent_bytes).c_str());
+  }
   std::printf("  throughput %.4g tokens/s, MFU %.1f%% (6N + 6LCT over the peak per rank)\n",
               p.tokens_per_s, 100 * p.mfu);
   std::printf("  memory     %s per rank: params %s, grads %s, optimizer %s, activations %s",
@@ -193,9 +231,25 @@ nlohmann::ordered_json prediction_json(const Config& cfg, const PlanDevice& dev,
                               {"virtual_stages", cl.parallel.virtual_stages},
                               {"data_parallel", p.data_parallel},
                               {"distributed_optimizer", cl.parallel.distributed_optimizer},
+                              {"tp_comm_overlap", cl.parallel.tensor_comm_overlap},
                               {"buckets", p.buckets},
                               {"algorithm", name(p.algorithm)},
-                              {"sent_bytes", p.sent_bytes}};
+                              {"sent_bytes", p.sent_bytes},
+                              {"run_sent_bytes", p.run_sent_bytes}};
+  if (p.staged) {  // 0/1 Adam: each stage's steps in the run and one such step
+    nlohmann::ordered_json st;
+    for (const auto& [stage, stage_name] : enum_names(OneBitStage{})) {
+      const StagePrediction& s = p.stages[size_t(stage)];
+      st[stage_name] = {{"steps", s.steps},
+                        {"step_ms", s.step_ms},
+                        {"optimizer_ms", s.optimizer_ms},
+                        {"comm_ms", s.comm_ms},
+                        {"comm_exposed_ms", s.comm_exposed_ms},
+                        {"overhead_ms", s.overhead_ms},
+                        {"sent_bytes", s.sent_bytes}};
+    }
+    j["stages"] = st;
+  }
   j["memory_bytes"] = {{"params", p.params_bytes},
                        {"grads", p.grads_bytes},
                        {"optimizer", p.optimizer_bytes},
@@ -214,7 +268,7 @@ nlohmann::ordered_json prediction_json(const Config& cfg, const PlanDevice& dev,
 }  // namespace
 
 int run_plan(const PlanCommand& o) {
-  if (!o.calibrate_dir.empty()) return calibrate_command(o);
+  if (!o.calibrate_dirs.empty()) return calibrate_command(o);
   const CpuCalibration cpu =
       o.calibration.empty() ? default_cpu_calibration() : read_calibration(o.calibration);
   std::optional<LinkModel> bench_link;
@@ -226,8 +280,8 @@ int run_plan(const PlanCommand& o) {
   PlanCluster cl;
   cl.ranks = o.ranks;
   cl.per_node = per_node;
-  cl.parallel = {o.tensor_parallel, o.pipeline_parallel, o.virtual_stages,
-                 o.distributed_optimizer};
+  cl.parallel = {o.tensor_parallel, o.pipeline_parallel, o.virtual_stages, o.distributed_optimizer,
+                 o.tp_comm_overlap};
   check_parallel(cfg, cl);
   validate_for_world(cfg, o.ranks / cl.parallel.model_ranks());
   PlanDevice dev;

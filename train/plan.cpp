@@ -5,8 +5,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "comm/sign_allreduce.h"
 #include "core/error.h"
 #include "models/gpt_spec.h"
+#include "optim/zero_one_adam.h"
 #include "train/grad_sync.h"
 #include "train/step_record.h"
 
@@ -94,22 +96,77 @@ double allreduce_sent_bytes(AllreduceAlgorithm algo, double bytes, const PlanClu
   return 2 * (p - 1) / p * bytes;
 }
 
-// 1-bit Adam's exchange of N elements (comm/sign_allreduce.h): an all-to-all of each rank's
-// signs, then an allgather of the server's, p - 1 messages each, 1 bit per element plus
-// fp32 scales (one per tensor the chunk touches).
-double sign_exchange_ms(double n, double segments, const PlanCluster& c) {
-  const int p = c.ranks;
-  const LinkModel& link = flat_link(c);
-  const double bytes = n / 8 + 4 * segments;
-  return 2 * (p - 1) * link.alpha_us / 1e3 + 2.0 * (p - 1) / p * bytes / (link.busbw_gbs * 1e6);
-}
-
 // The engine runs the buckets in order, each once it is ready (backward has finished its
 // units) and the previous one is done; returns when the last ends.
 double fifo_end(const std::vector<double>& ready, const std::vector<double>& ms) {
   double t = 0;
   for (size_t b = 0; b < ms.size(); ++b) t = std::max(t, ready[b]) + ms[b];
   return t;
+}
+
+// A step's data-parallel exchange: in flight, exposed after backward, sent per rank.
+struct DpExchange {
+  double comm_ms = 0, exposed_ms = 0, sent_bytes = 0;
+  AllreduceAlgorithm algo = AllreduceAlgorithm::ring;  // the last bucket's
+};
+
+// The buckets' fp32 AllReduces, each from READY, with the engine's FIFO overlap against a
+// backward that ends at END; SHARDED: the reduce-scatter half of each.
+DpExchange fp32_exchange(const std::vector<Bucket>& buckets, const std::vector<double>& ready,
+                         double end, const PlanCluster& c, bool sharded) {
+  DpExchange x;
+  std::vector<double> ms;
+  const double share = sharded ? 0.5 : 1;
+  for (const Bucket& k : buckets) {
+    const double bytes = 4.0 * double(k.end - k.begin);
+    const Exchange e = bucket_allreduce(bytes, c);
+    ms.push_back(share * e.ms);
+    x.algo = e.algo;
+    x.sent_bytes += share * allreduce_sent_bytes(e.algo, bytes, c);
+  }
+  for (double m : ms) x.comm_ms += m;
+  x.exposed_ms = std::max(0.0, fifo_end(ready, ms) - end);
+  return x;
+}
+
+// 1-bit Adam's exchange of each bucket (comm/sign_allreduce.h): an all-to-all of each
+// rank's signs, then an allgather of the server's, p - 1 messages each, of the bytes
+// sign_allreduce_bytes counts (1 bit per element, padded, and an fp32 scale per segment of
+// the sign code's BLOCK), with the same FIFO overlap.
+DpExchange sign_exchange(const std::vector<Bucket>& buckets, const std::vector<double>& ready,
+                         double end, size_t block, const PlanCluster& c) {
+  DpExchange x;
+  std::vector<double> ms;
+  const LinkModel& link = flat_link(c);
+  for (const Bucket& k : buckets) {
+    const size_t len = k.end - k.begin;
+    const double sent =
+        double(sign_allreduce_bytes(len, split_segments(k.tensor_ends, len, block), c.ranks));
+    ms.push_back(2.0 * (c.ranks - 1) * link.alpha_us / 1e3 + sent / (link.busbw_gbs * 1e6));
+    x.sent_bytes += sent;
+  }
+  for (double m : ms) x.comm_ms += m;
+  x.exposed_ms = std::max(0.0, fifo_end(ready, ms) - end);
+  return x;
+}
+
+// The mean step of a run whose STAGES hold their steps.
+StagePrediction mean_step(const std::array<StagePrediction, kOneBitStageCount>& stages) {
+  StagePrediction m;
+  for (const StagePrediction& s : stages) {
+    m.steps += s.steps;
+    m.step_ms += s.steps * s.step_ms;
+    m.optimizer_ms += s.steps * s.optimizer_ms;
+    m.comm_ms += s.steps * s.comm_ms;
+    m.comm_exposed_ms += s.steps * s.comm_exposed_ms;
+    m.overhead_ms += s.steps * s.overhead_ms;
+    m.sent_bytes += s.steps * s.sent_bytes;
+  }
+  const double k = m.steps > 0 ? 1.0 / m.steps : 0;
+  for (double* f :
+       {&m.step_ms, &m.optimizer_ms, &m.comm_ms, &m.comm_exposed_ms, &m.overhead_ms, &m.sent_bytes})
+    *f *= k;
+  return m;
 }
 
 }  // namespace
@@ -146,6 +203,15 @@ double allreduce_ms(AllreduceAlgorithm algo, double bytes, int ranks, const Link
   return 2 * (p - 1) * a + 2 * (p - 1) / p * bytes * b;
 }
 
+double allgather_exposed_ms(double allgather_ms, double forward_ms, int pp, int vp) {
+  if (pp <= 1) return std::max(0.0, allgather_ms - forward_ms);
+  const double chunk_ms = forward_ms / vp, part = allgather_ms / vp;
+  double late = 0;
+  for (int j = 0; j < vp; ++j)
+    late = std::max(late, (j + 1) * part - (pp - 1) * chunk_ms - double(j) * pp * chunk_ms);
+  return late;
+}
+
 double hierarchical_allreduce_ms(double bytes, int ranks, int per_node, const LinkModel& intra,
                                  const LinkModel& inter) {
   const int g = std::max(1, std::min(per_node, ranks)), nodes = (ranks + g - 1) / g;
@@ -174,6 +240,9 @@ void check_parallel(const Config& cfg, const PlanCluster& c) {
     fail("model.n_layers " + std::to_string(m.n_layers) +
          " is not a multiple of pipeline x virtual stages = " +
          std::to_string(mp.pipeline * mp.virtual_stages));
+  if (mp.tensor_comm_overlap && mp.tensor < 2)
+    fail("--tp-comm-overlap needs --tensor-parallel >= 2: there is no tensor-parallel "
+         "communication to overlap");
   if (mp.distributed_optimizer && cfg.optimizer.name != OptimizerKind::adamw)
     fail("--distributed-optimizer models AdamW only (1-bit Adam keeps whole error buffers)");
   if (mp.virtual_stages > 1 && (mp.pipeline < 2 || cfg.train.grad_accum_steps % mp.pipeline != 0))
@@ -182,6 +251,23 @@ void check_parallel(const Config& cfg, const PlanCluster& c) {
 }
 
 namespace {
+
+// Tensor parallelism's collectives of one block and micro-batch that stay on the critical
+// path: each AllReduce of the activations is a reduce-scatter and an allgather (sequence
+// parallelism), half its time each.
+struct TensorComm {
+  double forward_ms = 0, backward_ms = 0, recompute_ms = 0;
+};
+// Halves of ONE, one beside each of GEMMS (ms); with HIDE (Transformer Engine's
+// tp-comm-overlap; Wang et al. 2023, "Overlap Communication with Dependent Computation via
+// Decomposition in Large Deep Learning Models": the collective cut into chunks, each sent while the
+// product computes another), each shows only where it outlasts its product.
+template <size_t N>
+double exposed_halves(double one, const std::array<double, N>& gemms, bool hide) {
+  double ms = 0;
+  for (double g : gemms) ms += hide ? std::max(0.0, one / 2 - g) : one / 2;
+  return ms;
+}
 
 // The gradient units one rank of the last pipeline stage holds, in backward order, each
 // divided among the tensor ranks: its blocks' halves (units 0 .. 2 L/p - 1) and, with one
@@ -250,8 +336,22 @@ Prediction predict(const Config& cfg, const PlanDevice& dev, const PlanCluster& 
     double recomputed = 0;
     for (int l = L - stage_layers; l < L; ++l)
       recomputed += block_keep(opt, l) == BlockKeep::input ? 1 : 0;
-    tensor_bwd_ms = A * one * (2.0 * stage_layers + recomputed);
-    r.tensor_comm_ms = A * one * 2.0 * stage_layers + tensor_bwd_ms;
+    // A block's products, per micro-batch, in sequence parallelism's order: the allgather
+    // before qkv, the reduce-scatter after attn_proj, the allgather before mlp_fc, the
+    // reduce-scatter after mlp_proj (backward: the same four, each beside its product's
+    // backward).
+    auto gemms = [&](OpPhase phase) {
+      std::array<double, 4> ms{};
+      const Op ops4[] = {Op::qkv, Op::attn_proj, Op::mlp_fc, Op::mlp_proj};
+      for (size_t i = 0; i < 4; ++i) ms[i] = op_ms(phase, ops4[i]) / (A * stage_layers);
+      return ms;
+    };
+    const std::array<double, 4> fwd = gemms(OpPhase::forward), bwd = gemms(OpPhase::backward);
+    const bool hide = mp.tensor_comm_overlap;
+    const TensorComm block{exposed_halves(one, fwd, hide), exposed_halves(one, bwd, hide),
+                           exposed_halves(one, std::array<double, 2>{fwd[0], fwd[2]}, hide)};
+    tensor_bwd_ms = A * (stage_layers * block.backward_ms + recomputed * block.recompute_ms);
+    r.tensor_comm_ms = A * stage_layers * block.forward_ms + tensor_bwd_ms;
   }
   // The pipeline: (p - 1) / v micro-batches' forward and backward of idle time on each stage,
   // and the first forward and last backward crossing every chunk boundary; the sends of the
@@ -298,47 +398,88 @@ Prediction predict(const Config& cfg, const PlanDevice& dev, const PlanCluster& 
     for (const Bucket& k : buckets) starts.push_back(k.begin);  // one per bucket (approximate)
   cut_at_tensors(buckets, starts);
   r.buckets = int(buckets.size());
-  const bool onebit = cfg.optimizer.name == OptimizerKind::onebit_adam;
   PlanCluster replicas = cluster;  // the data-parallel group: one rank in t is a neighbour
   replicas.ranks = dp;
   replicas.per_node = std::max(1, cluster.per_node / tp);
-  if (dp > 1) {
-    std::vector<double> ready, ms;
-    for (const Bucket& k : buckets) {
-      const double n = double(k.end - k.begin);
-      const bool under_backward = onebit ? cfg.optimizer.onebit.overlap : cfg.comm.overlap;
-      ready.push_back(under_backward ? unit_done(k.last_unit) : bwd);
-      if (onebit) {
-        ms.push_back(sign_exchange_ms(n, double(k.tensor_ends.size()), replicas));
-        r.sent_bytes += 2.0 * (dp - 1) / dp * (n / 8 + 4 * double(k.tensor_ends.size()));
-      } else {
-        // Sharded: the reduce-scatter half of the AllReduce.
-        const Exchange e = bucket_allreduce(4 * n, replicas);
-        const double share = sharded ? 0.5 : 1;
-        ms.push_back(share * e.ms);
-        r.algorithm = e.algo;
-        r.sent_bytes += share * allreduce_sent_bytes(e.algo, 4 * n, replicas);
-      }
-    }
-    for (double m : ms) r.comm_ms += m;
-    r.comm_exposed_ms = std::max(0.0, fifo_end(ready, ms) - bwd);
-    if (sharded) {  // the parameters' allgather, under the next step's first forward
+
+  // The exchanges a step may make, each from when its buckets may start: as backward
+  // finishes their units, or all once it has ended. Interleaved, the rank's v chunks run
+  // their last micro-batch's backward one after another in the drain, p micro-batches of a
+  // chunk apart (Narayanan et al. 2021, fig. 4): chunk j (in backward order) ends
+  // (v - 1 - j)(p - 1) chunk backwards of bwd / v sooner than in one sequence, and its
+  // buckets start then (Megatron's --overlap-grad-reduce), under the drain. Times count
+  // from LEAD before the last micro-batch's backward, when the first chunk's buckets may
+  // start at the earliest.
+  const size_t block_units = std::max<size_t>(1, units.size() - 1);  // the last: embeddings
+  auto drain_ms = [&](int u) {
+    const int j = int(std::min<size_t>(size_t(vp - 1), size_t(u) * size_t(vp) / block_units));
+    return double(vp - 1 - j) * (pp - 1) * bwd / vp;
+  };
+  const double lead = drain_ms(0), end = lead + bwd;
+  std::vector<double> done, after(buckets.size(), end);
+  for (const Bucket& k : buckets)
+    done.push_back(lead + unit_done(k.last_unit) - drain_ms(k.last_unit));
+  const OptimizerKind kind = cfg.optimizer.name;
+  const size_t scale_block = size_t(cfg.optimizer.onebit.scale_block);
+  DpExchange fp32, sign;
+  if (dp > 1 && kind != OptimizerKind::onebit_adam) {
+    fp32 = fp32_exchange(buckets, cfg.comm.overlap ? done : after, end, replicas, sharded);
+    if (sharded) {  // the parameters' allgather, under the next step's first forwards
       const double bytes = n * dtype_size(cfg.precision.dtype);
       const Exchange e = bucket_allreduce(bytes, replicas);
-      r.comm_ms += e.ms / 2;
-      r.sent_bytes += allreduce_sent_bytes(e.algo, bytes, replicas) / 2;
-      r.comm_exposed_ms += std::max(0.0, e.ms / 2 - r.forward_ms / A);
+      fp32.comm_ms += e.ms / 2;
+      fp32.sent_bytes += allreduce_sent_bytes(e.algo, bytes, replicas) / 2;
+      fp32.exposed_ms += allgather_exposed_ms(e.ms / 2, r.forward_ms / A, pp, vp);
     }
   }
-  if (p > 1)
-    r.overhead_ms += kBookkeepingCollectives * allreduce_ms(AllreduceAlgorithm::recursive_doubling,
-                                                            64, p, flat_link(cluster));
-  if (onebit)  // compression and decompression, on the training thread
-    r.optimizer_ms += n * kOneBitCodecBytesPerElem / (dev.mem_bandwidth_gbs * 1e6) /
-                      std::max(1e-6, dev.efficiency[size_t(OpClass::elementwise)]);
-  r.overhead_ms += dev.step_overhead_ms;
-  r.step_ms = r.compute_ms + r.tensor_comm_ms + r.bubble_ms + r.optimizer_ms +
-              r.comm_exposed_ms + r.overhead_ms;
+  if (dp > 1 && kind == OptimizerKind::onebit_adam) {
+    const bool under_backward = cfg.optimizer.onebit.overlap && cfg.comm.overlap;
+    sign = sign_exchange(buckets, under_backward ? done : after, end, scale_block, replicas);
+  }
+  if (dp > 1 && kind == OptimizerKind::zero_one_adam)  // begun once the clip norm is known
+    sign = sign_exchange(buckets, after, end, scale_block, replicas);
+  r.algorithm = fp32.algo;
+
+  // One step of each kind: the update, with 1-bit Adam's compression and decompression
+  // when it codes (on the training thread), and the exchange.
+  const double bookkeeping_ms =
+      p > 1 ? allreduce_ms(AllreduceAlgorithm::recursive_doubling, 64, p, flat_link(cluster)) : 0;
+  r.overhead_ms = dev.step_overhead_ms + kBookkeepingCollectives * bookkeeping_ms;
+  const double codec_ms = n * kOneBitCodecBytesPerElem / (dev.mem_bandwidth_gbs * 1e6) /
+                          std::max(1e-6, dev.efficiency[size_t(OpClass::elementwise)]);
+  // OWN_NORM: the gradients are not averaged, so the ranks agree on the clip norm with one
+  // more small collective.
+  auto step_of = [&](const DpExchange& x, bool coded, bool own_norm) {
+    StagePrediction s;
+    s.optimizer_ms = r.optimizer_ms + (coded ? codec_ms : 0);
+    s.comm_ms = x.comm_ms;
+    s.comm_exposed_ms = x.exposed_ms;
+    s.sent_bytes = x.sent_bytes;
+    s.overhead_ms = r.overhead_ms + (own_norm ? bookkeeping_ms : 0);
+    s.step_ms = r.compute_ms + r.tensor_comm_ms + r.bubble_ms + s.optimizer_ms + s.comm_exposed_ms +
+                s.overhead_ms;
+    return s;
+  };
+  StagePrediction mean;
+  if (kind == OptimizerKind::adamw) mean = step_of(fp32, false, false);
+  if (kind == OptimizerKind::onebit_adam) mean = step_of(sign, true, dp > 1);
+  if (kind == OptimizerKind::zero_one_adam) {
+    r.staged = true;
+    r.stages[size_t(OneBitStage::warmup)] = step_of(fp32, false, false);
+    r.stages[size_t(OneBitStage::compressed)] = r.stages[size_t(OneBitStage::sync)] =
+        step_of(sign, true, true);
+    r.stages[size_t(OneBitStage::local)] = step_of({}, false, true);
+    const ZeroOneSchedule sched{zero_one_params(cfg)};
+    for (int s = 1; s <= cfg.train.steps; ++s) ++r.stages[size_t(sched.stage(s, dp))].steps;
+    mean = mean_step(r.stages);
+  }
+  r.optimizer_ms = mean.optimizer_ms;
+  r.comm_ms = mean.comm_ms;
+  r.comm_exposed_ms = mean.comm_exposed_ms;
+  r.overhead_ms = mean.overhead_ms;
+  r.sent_bytes = mean.sent_bytes;
+  r.run_sent_bytes = mean.sent_bytes * cfg.train.steps;
+  r.step_ms = mean.step_ms;
   const double tokens = double(B) * A * dp * T;
   const Throughput t =
       throughput(tokens, r.step_ms, spec.model_flops_per_token(), p, dev.peak_gflops);
@@ -347,8 +488,12 @@ Prediction predict(const Config& cfg, const PlanDevice& dev, const PlanCluster& 
 
   r.params_bytes = 4 * n;
   r.grads_bytes = 4 * n;
-  r.optimizer_bytes = 8 * n / (sharded ? dp : 1) + (onebit ? 8 * n : 0);  // AdamW's moments;
-                                                                          // 1-bit's two errors
+  // AdamW's two moments; 1-bit Adam's two error buffers; 0/1 Adam's m, v, u, the anchor and
+  // the two error buffers.
+  const double state_buffers = kind == OptimizerKind::zero_one_adam ? 6
+                               : kind == OptimizerKind::onebit_adam ? 4
+                                                                    : 2;
+  r.optimizer_bytes = 4 * n * (state_buffers - 2) + 8 * n / (sharded ? dp : 1);
   r.activations_bytes = activation_bytes(spec, opt, dev.kind, B, T, mp);
   return r;
 }
@@ -383,11 +528,12 @@ std::vector<Knob> knobs(const Config& cfg, const PlanDevice& device, const PlanC
     turns.push_back({"buckets /4", {"comm.bucket_mb=" + num(cfg.comm.bucket_mb / 4)}});
     turns.push_back({"buckets x4", {"comm.bucket_mb=" + num(cfg.comm.bucket_mb * 4)}});
     if (!cfg.comm.overlap) turns.push_back({"overlap on", {"comm.overlap=true"}});
-    turns.push_back(
-        cfg.optimizer.name == OptimizerKind::adamw
-            ? std::pair<std::string, std::vector<std::string>>{"1-bit Adam (compressed stage)",
-                                                               {"optimizer.name=onebit_adam"}}
-            : std::pair<std::string, std::vector<std::string>>{"AdamW", {"optimizer.name=adamw"}});
+    if (cfg.optimizer.name == OptimizerKind::adamw) {
+      turns.push_back({"1-bit Adam (compressed stage)", {"optimizer.name=onebit_adam"}});
+      turns.push_back({"0/1 Adam (mean over the run)", {"optimizer.name=zero_one_adam"}});
+    } else {
+      turns.push_back({"AdamW", {"optimizer.name=adamw"}});
+    }
   }
   for (const auto& [policy, policy_name] : enum_names(RecomputePolicy{}))
     if (policy != cfg.recompute.policy && policy != RecomputePolicy::every_k)
@@ -434,6 +580,21 @@ PlanDevice calibrate(const OpProfile& ops, double peak_gflops, double bandwidth_
     d.efficiency[c] = measured[c] > 0 ? bound[c] / measured[c] : 1;
   d.step_overhead_ms = std::max(0.0, step_ms - ops_ms - exposed_ms);
   d.source = std::move(source);
+  return d;
+}
+
+PlanDevice median_fit(const std::vector<PlanDevice>& fits) {
+  auto median = [&](auto field) {
+    std::vector<double> v;
+    for (const PlanDevice& f : fits) v.push_back(field(f));
+    std::sort(v.begin(), v.end());
+    const size_t k = v.size() / 2;
+    return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
+  };
+  PlanDevice d = fits.at(0);
+  for (size_t c = 0; c < kOpClassCount; ++c)
+    d.efficiency[c] = median([c](const PlanDevice& f) { return f.efficiency[c]; });
+  d.step_overhead_ms = median([](const PlanDevice& f) { return f.step_overhead_ms; });
   return d;
 }
 

@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/enum_names.h"
 #include "core/op_profile.h"
+#include "optim/optimizer.h"  // OneBitStage
 
 namespace ringstep {
 
@@ -72,6 +73,14 @@ double allreduce_ms(AllreduceAlgorithm algo, double bytes, int ranks, const Link
 double hierarchical_allreduce_ms(double bytes, int ranks, int per_node, const LinkModel& intra,
                                  const LinkModel& inter);
 
+// What shows of the sharded optimizer's parameter allgather of ALLGATHER_MS before the next
+// step's forwards need it (Megatron's --overlap-param-gather), FORWARD_MS being a
+// micro-batch's forward on the stage. One stage: it runs under the first forward, layer by
+// layer. PP stages of VP chunks: the last stage idles through the pipeline's fill (pp - 1
+// chunk forwards), then chunk j first runs after j pp more; each chunk's 1/vp of the
+// allgather must be done by then, and the latest shows.
+double allgather_exposed_ms(double allgather_ms, double forward_ms, int pp, int vp);
+
 // Model parallelism as Megatron-LM lays it out (Narayanan et al. 2021), which the plan
 // models and ringstep's trainer does not run. TENSOR ranks of one node split every block's
 // products (with sequence parallelism, so that each of a block's AllReduces of B x T x C
@@ -81,9 +90,12 @@ double hierarchical_allreduce_ms(double bytes, int ranks, int per_node, const Li
 // DISTRIBUTED_OPTIMIZER shards the optimizer over the replicas (ZeRO stage 1, Megatron's
 // distributed optimizer): each replica reduce-scatters the fp32 gradients, updates its 1/d,
 // and allgathers the parameters (in the storage dtype) under the next step's first forward.
+// TENSOR_COMM_OVERLAP (Transformer Engine's tp-comm-overlap) hides each of tensor
+// parallelism's collectives under the product beside it, as far as that product lasts.
 struct ModelParallel {
   int tensor = 1, pipeline = 1, virtual_stages = 1;
   bool distributed_optimizer = false;
+  bool tensor_comm_overlap = false;
   int model_ranks() const { return tensor * pipeline; }
 };
 
@@ -98,13 +110,23 @@ struct PlanCluster {
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::ring;
 };
 
-// The predicted step, per rank, in milliseconds.
+// One stage of a 0/1 Adam run (OneBitStage): how many of the run's steps it holds, and one
+// such step's parts, per rank, in milliseconds.
+struct StagePrediction {
+  int steps = 0;
+  double step_ms = 0, optimizer_ms = 0, comm_ms = 0, comm_exposed_ms = 0, overhead_ms = 0;
+  double sent_bytes = 0;
+};
+inline constexpr size_t kOneBitStageCount = enum_names(OneBitStage{}).size();
+
+// The predicted step, per rank, in milliseconds. With 0/1 Adam, the mean over the run's
+// steps (train.steps) as its schedule lays out their stages, each stage in STAGES.
 struct Prediction {
   double compute_ms = 0;  // forward + backward of every micro-batch (recompute included)
   double forward_ms = 0, backward_ms = 0;
-  double tensor_comm_ms = 0;  // tensor parallelism's collectives (on the critical path)
-  double bubble_ms = 0;       // the pipeline's fill and drain
-  int data_parallel = 1;      // replicas exchanging gradients
+  double tensor_comm_ms = 0;   // tensor parallelism's collectives on the critical path
+  double bubble_ms = 0;        // the pipeline's fill and drain
+  int data_parallel = 1;       // replicas exchanging gradients
   double optimizer_ms = 0;     // the update (and 1-bit Adam's compression)
   double comm_ms = 0;          // the gradient exchange in flight
   double comm_exposed_ms = 0;  // the part backward does not hide
@@ -114,6 +136,9 @@ struct Prediction {
   int buckets = 0;
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::ring;  // the last (largest-first) bucket's
   double sent_bytes = 0;                                    // per rank per step
+  double run_sent_bytes = 0;  // per rank over train.steps (1-bit Adam: its compressed steps')
+  bool staged = false;        // 0/1 Adam: STAGES hold its run
+  std::array<StagePrediction, kOneBitStageCount> stages{};
   // Memory per rank, bytes.
   double params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_bytes = 0;
   double memory_bytes() const {
@@ -127,7 +152,10 @@ struct Prediction {
 void check_parallel(const Config& cfg, const PlanCluster& cluster);
 
 // The step of CFG (its model, batch, precision, recompute, comm and optimizer) on DEVICE and
-// CLUSTER. With optimizer onebit_adam, the compressed stage's step. Under model parallelism,
+// CLUSTER. With optimizer onebit_adam, the compressed stage's step; with zero_one_adam, the
+// mean step of its run: warm-up steps exchange fp32 gradients as AdamW, compressed and sync
+// steps 1-bit Adam's code of the whole buffer once backward has ended, local steps nothing
+// (docs/plan.md, "0/1 Adam"). Under model parallelism,
 // the last pipeline stage's step (the head makes it the slowest): its share of every op,
 // tensor parallelism's collectives, the bubble (p - 1) / v of a micro-batch's forward and
 // backward plus the point-to-point sends that fill and drain the pipeline, and the
@@ -159,6 +187,11 @@ std::vector<Knob> knobs(const Config& cfg, const PlanDevice& device, const PlanC
 // STEP_MS less the ops and the exposed communication EXPOSED_MS.
 PlanDevice calibrate(const OpProfile& ops, double peak_gflops, double bandwidth_gbs, double step_ms,
                      double exposed_ms, std::string source);
+
+// The median of FITS (calibrate() of several runs of one shape, against one device): of
+// each op class's efficiency and of the per-step overhead, each on its own; the first
+// fit's name and yardsticks. FITS must not be empty.
+PlanDevice median_fit(const std::vector<PlanDevice>& fits);
 
 // The table of devices (docs/plan.md names each figure's source): h100-sxm, h200-sxm
 // (cpu comes from calibrate()). InputError naming the known ones for another NAME.
@@ -206,7 +239,7 @@ PlanCluster run_cluster(const ReportData& r, const LinkModel* bench_link);
 
 // A finished run predicted from its config on this CPU (CPU, at the run's world and
 // threads) and compared with what it measured: the p50 step (1-bit Adam: the
-// compressed stage's) and its phases.
+// compressed stage's; 0/1 Adam: each stage's p50 weighed by its steps) and its phases.
 struct RunCheck {
   Prediction predicted;
   double measured_step_ms = 0, measured_compute_ms = 0, measured_optimizer_ms = 0,

@@ -131,6 +131,12 @@ RunCheck check_run(const ReportData& r, const CpuCalibration& cpu, const LinkMod
   const auto& compressed = r.onebit_stages[size_t(OneBitStage::compressed)];
   const bool onebit = r.config.optimizer.name == OptimizerKind::onebit_adam && compressed.steps > 0;
   c.measured_step_ms = onebit ? compressed.step_ms_p50 : r.step_ms_p50;
+  if (c.predicted.staged && r.onebit) {  // 0/1 Adam: each stage's p50, weighed by its steps
+    double steps = 0, ms = 0;
+    for (const OneBitStageStats& s : r.onebit_stages)
+      steps += s.steps, ms += s.steps * s.step_ms_p50;
+    c.measured_step_ms = ms / steps;
+  }
   const double step = r.step_ms_p50;
   c.measured_compute_ms = step * (r.pct.forward + r.pct.backward) / 100;
   c.measured_optimizer_ms = step * r.pct.optimizer / 100;

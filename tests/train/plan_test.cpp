@@ -14,6 +14,7 @@
 #include <fstream>
 #include <string>
 
+#include "comm/sign_allreduce.h"
 #include "core/error.h"
 #include "models/gpt_spec.h"
 #include "train/grad_sync.h"
@@ -108,6 +109,19 @@ TEST(Plan, CalibrationReproducesTheProfileItWasFittedTo) {
   EXPECT_NEAR(predict(cfg, fit, PlanCluster{}).step_ms, ops_ms + 3, 1e-9 * ops_ms);
 }
 
+// Several runs' fits: each op class's efficiency and the overhead are medians on their own.
+TEST(Plan, MedianFitTakesEachClassesMedian) {
+  PlanDevice a = Device1(), b = Device1(), c = Device1();
+  a.efficiency = {0.1, 0.9, 0.5, 0.3}, a.step_overhead_ms = 5;
+  b.efficiency = {0.2, 0.1, 0.4, 0.2}, b.step_overhead_ms = 1;
+  c.efficiency = {0.3, 0.5, 0.6, 0.1}, c.step_overhead_ms = 3;
+  const PlanDevice m = median_fit({a, b, c});
+  EXPECT_EQ(m.efficiency, (std::array<double, kOpClassCount>{0.2, 0.5, 0.5, 0.2}));
+  EXPECT_EQ(m.step_overhead_ms, 3);
+  EXPECT_EQ(median_fit({a, b}).step_overhead_ms, 3);  // two: the mean of both
+  EXPECT_EQ(median_fit({c}).efficiency, c.efficiency);
+}
+
 PlanCluster TwoRanks(double gbps) {
   PlanCluster c;
   c.ranks = c.per_node = 2;
@@ -140,30 +154,83 @@ TEST(Plan, ExposedCommIsWhatBackwardCannotHide) {
   EXPECT_GT(predict(cfg, Device1(), TwoRanks(1)).comm_exposed_ms, 100 * on.comm_exposed_ms);
 }
 
-// 1-bit Adam sends one bit per element plus a scale per tensor in each bucket: about 1/32
-// of fp32's volume.
+std::vector<Bucket> SpecBuckets(const Config& cfg) {
+  const GptSpec spec(cfg.model);
+  std::vector<Bucket> b = make_buckets(spec.bucket_units(), size_t(cfg.comm.bucket_mb * 1048576.0));
+  std::vector<size_t> starts;
+  for (const TensorInfo& t : spec.registry().tensors()) starts.push_back(t.offset);
+  cut_at_tensors(b, starts);
+  return b;
+}
+
+// 1-bit Adam sends one bit per element plus a scale per tensor in each bucket, as
+// sign_allreduce_bytes counts them: about 1/32 of fp32's volume.
 TEST(Plan, OneBitAdamSendsAboutAThirtySecondOfTheVolume) {
   Config cfg = Tiny();
+  cfg.comm.bucket_mb = 0.1;  // several buckets
   const Prediction adamw = predict(cfg, Device1(), TwoRanks(1));
   cfg.optimizer.name = OptimizerKind::onebit_adam;
   const Prediction onebit = predict(cfg, Device1(), TwoRanks(1));
-  const GptSpec spec(cfg.model);
-  const double n = double(spec.registry().total_numel());
+  const double n = double(GptSpec(cfg.model).registry().total_numel());
   EXPECT_NEAR(adamw.sent_bytes, 4 * n, 1e-9 * n);  // 2(p-1)/p = 1 for two ranks
-  double scales = 0;
-  for (const Bucket& k : [&] {
-         auto b = make_buckets(spec.bucket_units(), size_t(cfg.comm.bucket_mb * 1048576.0));
-         cut_at_tensors(b, [&] {
-           std::vector<size_t> s;
-           for (const TensorInfo& t : spec.registry().tensors()) s.push_back(t.offset);
-           return s;
-         }());
-         return b;
-       }())
-    scales += 4.0 * double(k.tensor_ends.size());
-  EXPECT_NEAR(onebit.sent_bytes, n / 8 + scales, 1e-9 * n);
+  double sent = 0;
+  for (const Bucket& k : SpecBuckets(cfg)) {
+    const size_t len = k.end - k.begin;
+    sent += double(sign_allreduce_bytes(len, split_segments(k.tensor_ends, len, 0), 2));
+  }
+  EXPECT_GT(SpecBuckets(cfg).size(), 2u);
+  EXPECT_EQ(onebit.sent_bytes, sent);
+  EXPECT_GT(onebit.sent_bytes, n / 8);
+  EXPECT_LT(onebit.sent_bytes, n / 8 * 1.05);
   EXPECT_LT(onebit.comm_ms, adamw.comm_ms / 20);
   EXPECT_GT(onebit.optimizer_bytes, adamw.optimizer_bytes);  // the two error buffers
+}
+
+// 0/1 Adam's run: each step's stage as its schedule says (T_v = 1-4, 6, 8; F = 8; then the
+// frozen steps in groups of 2 at intervals 1, 2, 4, each group ending in a sync), a warm-up step as
+// AdamW's, a compressed or sync step as 1-bit Adam's after backward, a local step without exchange,
+// and the prediction their mean.
+TEST(Plan, ZeroOneAdamIsTheMeanOfItsStages) {
+  Config cfg = Tiny();
+  cfg.comm.bucket_mb = 0.1;
+  cfg.train.steps = 16;
+  cfg.optimizer.zero_one = {8, 4, 2, 4};  // F, kappa, sigma, H
+  const Prediction adamw = predict(cfg, Device1(), TwoRanks(1));
+  cfg.optimizer.name = OptimizerKind::onebit_adam;
+  cfg.optimizer.onebit.overlap = false;
+  const Prediction onebit = predict(cfg, Device1(), TwoRanks(1));
+  cfg.optimizer.name = OptimizerKind::zero_one_adam;
+  const Prediction z = predict(cfg, Device1(), TwoRanks(1));
+  ASSERT_TRUE(z.staged);
+  auto stage = [&](OneBitStage s) { return z.stages[size_t(s)]; };
+  // Steps 1-4, 6, 8 warm-up; 5, 7 compressed; after F: 9, 10 (interval 1), 12, 14 (interval
+  // 2, the group's last at 12), 16 (the last step) sync; 11, 13, 15 local.
+  EXPECT_EQ(stage(OneBitStage::warmup).steps, 6);
+  EXPECT_EQ(stage(OneBitStage::compressed).steps, 2);
+  EXPECT_EQ(stage(OneBitStage::sync).steps, 5);
+  EXPECT_EQ(stage(OneBitStage::local).steps, 3);
+  EXPECT_DOUBLE_EQ(stage(OneBitStage::warmup).step_ms, adamw.step_ms);
+  EXPECT_DOUBLE_EQ(stage(OneBitStage::warmup).sent_bytes, adamw.sent_bytes);
+  EXPECT_DOUBLE_EQ(stage(OneBitStage::sync).step_ms, onebit.step_ms);
+  EXPECT_DOUBLE_EQ(stage(OneBitStage::sync).sent_bytes, onebit.sent_bytes);
+  EXPECT_NEAR(stage(OneBitStage::compressed).comm_exposed_ms, onebit.comm_ms, 1e-12);  // all of it
+  EXPECT_EQ(stage(OneBitStage::local).sent_bytes, 0);
+  EXPECT_EQ(stage(OneBitStage::local).comm_exposed_ms, 0);
+  double step = 0, sent = 0;
+  for (const StagePrediction& s : z.stages)
+    step += s.steps * s.step_ms, sent += s.steps * s.sent_bytes;
+  EXPECT_NEAR(z.step_ms, step / 16, 1e-12 * step);
+  EXPECT_NEAR(z.run_sent_bytes, sent, 1e-9 * sent);
+  EXPECT_NEAR(z.sent_bytes, sent / 16, 1e-9 * sent);
+  EXPECT_LT(z.step_ms, adamw.step_ms);  // the link is slow: most steps send 1/32 or nothing
+  // m, v, u, the anchor and the two error buffers.
+  const double n = double(GptSpec(cfg.model).registry().total_numel());
+  EXPECT_EQ(z.optimizer_bytes, 24 * n);
+  // One rank: every step is a warm-up step, AdamW's.
+  const Prediction one = predict(cfg, Device1(), PlanCluster{});
+  EXPECT_EQ(one.stages[size_t(OneBitStage::warmup)].steps, 16);
+  cfg.optimizer.name = OptimizerKind::adamw;
+  EXPECT_DOUBLE_EQ(one.step_ms, predict(cfg, Device1(), PlanCluster{}).step_ms);
 }
 
 PlanCluster ModelParallelCluster(int ranks, int per_node, ModelParallel mp) {
@@ -248,6 +315,82 @@ TEST(PlanModelParallel, DistributedOptimizerHalvesTheExchangeAndShardsTheMoments
   EXPECT_LT(z.optimizer_ms, a.optimizer_ms);
   cfg.optimizer.name = OptimizerKind::onebit_adam;
   EXPECT_THROW(check_parallel(cfg, sharded), InputError);
+}
+
+// Interleaved, the last stage's two chunks (blocks 3 and 1 of 4, v = 2, p = 2) run their
+// last backward p micro-batches of a chunk apart: block 3's gradients are ready
+// (p - 1)(v - 1) chunk backwards of bwd / v = half a micro-batch's backward sooner than
+// without interleaving, and its reduction starts then. On a link too slow to hide anything,
+// the exposed exchange shrinks by exactly that; on a fast one only the last buckets, ready
+// as backward ends (at most block 1's and the token embedding's copy), show, alike in both.
+TEST(PlanModelParallel, InterleavedChunksReduceUnderTheDrain) {
+  Config cfg = Tiny();        // 4 layers, 2 micro-batches
+  cfg.comm.bucket_mb = 1e-3;  // a bucket per unit
+  for (double gbps : {1e-3, 1e4}) {
+    PlanCluster one = ModelParallelCluster(4, 4, {1, 2, 1});
+    one.intra = one.inter = {1, gbps, "link"};
+    PlanCluster two = one;
+    two.parallel.virtual_stages = 2;
+    const Prediction p1 = predict(cfg, Device1(), one), p2 = predict(cfg, Device1(), two);
+    ASSERT_EQ(p1.data_parallel, 2);
+    EXPECT_DOUBLE_EQ(p1.backward_ms, p2.backward_ms);
+    const double bwd = p1.backward_ms / 2;  // the last micro-batch's, on this stage
+    if (gbps < 1) {
+      EXPECT_GT(p1.comm_exposed_ms, p1.comm_ms - 2 * bwd);  // nothing hides it
+      EXPECT_NEAR(p1.comm_exposed_ms - p2.comm_exposed_ms, bwd / 2, 1e-9 * p1.comm_ms) << gbps;
+    } else {
+      const GptSpec spec(cfg.model);
+      const double emb = 4.0 * double(spec.registry().tensors()[spec.wte()].numel);
+      const LinkModel link{1, gbps, ""};
+      const double block = 4.0 * double(spec.layer_range(1).second - spec.layer_range(1).first);
+      EXPECT_LE(p1.comm_exposed_ms, allreduce_ms(AllreduceAlgorithm::ring, block, 2, link) +
+                                        allreduce_ms(AllreduceAlgorithm::ring, emb, 2, link) +
+                                        1e-12);
+      EXPECT_LT(p1.comm_exposed_ms, p1.comm_ms);  // block 3's bucket hides
+      EXPECT_DOUBLE_EQ(p2.comm_exposed_ms, p1.comm_exposed_ms);
+    }
+  }
+}
+
+// Transformer Engine's overlap: each half of a block's collectives (allgather or
+// reduce-scatter) sits beside one product and shows only where it outlasts it. On a fast
+// link nothing shows; on a slow one all of it but the products' time.
+TEST(PlanModelParallel, TensorCommOverlapHidesCollectivesUnderTheirProducts) {
+  const Config cfg = Tiny();
+  const ModelParallel plain{2, 1, 1}, hidden{2, 1, 1, false, true};
+  double gemm_ms = 0;  // a tensor rank's share of the block products, forward and backward
+  const OpProfile ops = GptSpec(cfg.model).step_ops(gpt_options(cfg), Device::cpu, 8, 128, 2);
+  for (OpPhase phase : {OpPhase::forward, OpPhase::backward})
+    for (Op op : {Op::qkv, Op::attn_proj, Op::mlp_fc, Op::mlp_proj}) {
+      const OpStat& s = ops.at(phase, op);
+      gemm_ms += std::max(s.flops / 1e8, s.bytes / 2e7) / 0.5 / 2;
+    }
+  for (double gbps : {1e4, 1e-2}) {
+    PlanCluster a = ModelParallelCluster(2, 2, plain), b = ModelParallelCluster(2, 2, hidden);
+    a.intra = b.intra = {0, gbps, "link"};
+    const Prediction pa = predict(cfg, Device1(), a), pb = predict(cfg, Device1(), b);
+    const double coll = allreduce_ms(AllreduceAlgorithm::ring, 8.0 * 128 * 128 * 4, 2, a.intra);
+    EXPECT_NEAR(pa.tensor_comm_ms, 2 * coll * 4 * 4, 1e-9 * pa.tensor_comm_ms);
+    if (gbps > 1)
+      EXPECT_EQ(pb.tensor_comm_ms, 0);
+    else
+      EXPECT_NEAR(pb.tensor_comm_ms, pa.tensor_comm_ms - gemm_ms, 1e-9 * pa.tensor_comm_ms);
+    EXPECT_NEAR(pa.step_ms - pb.step_ms, pa.tensor_comm_ms - pb.tensor_comm_ms, 1e-12 * pa.step_ms);
+  }
+  EXPECT_THROW(check_parallel(cfg, ModelParallelCluster(2, 2, {1, 1, 1, false, true})), InputError);
+}
+
+// 10 ms of allgather, 4 ms of forward per micro-batch. One stage: 6 ms show. Two stages of
+// two chunks (2 ms of forward each): the fill gives 2 ms, chunk 0 needs its 5 ms by then
+// (3 late), chunk 1 all 10 by 2 + 4 (4 late). Four chunks: 2.5 ms each, 1 ms chunk
+// forwards, deadlines 1, 3, 5, 7: the last is 3 late. A long fill hides it all.
+TEST(PlanModelParallel, ParameterAllgatherHidesUnderTheFillAndEachChunksFirstForward) {
+  EXPECT_DOUBLE_EQ(allgather_exposed_ms(10, 4, 1, 1), 6);
+  EXPECT_DOUBLE_EQ(allgather_exposed_ms(10, 4, 2, 1), 6);
+  EXPECT_DOUBLE_EQ(allgather_exposed_ms(10, 4, 2, 2), 4);
+  EXPECT_DOUBLE_EQ(allgather_exposed_ms(10, 4, 2, 4), 3);
+  EXPECT_DOUBLE_EQ(allgather_exposed_ms(10, 4, 8, 2), 0);
+  EXPECT_DOUBLE_EQ(allgather_exposed_ms(3, 4, 1, 1), 0);
 }
 
 TEST(PlanModelParallel, LayoutsThatCannotHoldTheModelAreRefused) {
@@ -382,6 +525,7 @@ TEST(PlanCli, BadInputsExitWithCodeTwo) {
            {"plan " + tiny + " --ranks 4 --pipeline-parallel 0", "--pipeline-parallel"},
            {"plan " + tiny + " --ranks 4 --pipeline-parallel 2 --virtual-stages 2 --set "
             "train.grad_accum_steps=3", "interleaved"},
+           {"plan " + tiny + " --ranks 2 --tp-comm-overlap", "--tp-comm-overlap"},
            {"plan --check /no/such/run", "not found"},
            {"plan --calibrate /no/such/run", "not found"},
            {"plan " + tiny + " --calibration /no/such.json", "such.json"},
