@@ -186,10 +186,10 @@ TEST(Plan, OneBitAdamSendsAboutAThirtySecondOfTheVolume) {
   EXPECT_GT(onebit.optimizer_bytes, adamw.optimizer_bytes);  // the two error buffers
 }
 
-// 0/1 Adam's run: each step's stage as its schedule says (T_v = 1-4, 6, 8; F = 8; then the
-// frozen steps in groups of 2 at intervals 1, 2, 4, each group ending in a sync), a warm-up step as
-// AdamW's, a compressed or sync step as 1-bit Adam's after backward, a local step without exchange,
-// and the prediction their mean.
+// 0/1 Adam's run: each step's stage as its schedule says (T_v = 1-4, 6, 8; F = 8; then
+// the frozen steps in groups of 2 at intervals 1, 2, 4, each group ending in a sync), a
+// warm-up step as AdamW's, a compressed or sync step as 1-bit Adam's after backward, a
+// local step without exchange, and the prediction their mean.
 TEST(Plan, ZeroOneAdamIsTheMeanOfItsStages) {
   Config cfg = Tiny();
   cfg.comm.bucket_mb = 0.1;
