@@ -89,9 +89,11 @@ double allgather_exposed_ms(double allgather_ms, double forward_ms, int pp, int 
 // ranks left over are data-parallel replicas. Rank order: tensor, then data, then pipeline.
 // DISTRIBUTED_OPTIMIZER shards the optimizer over the replicas (ZeRO stage 1, Megatron's
 // distributed optimizer): each replica reduce-scatters the fp32 gradients, updates its 1/d,
-// and allgathers the parameters (in the storage dtype) under the next step's first forward.
-// TENSOR_COMM_OVERLAP (Transformer Engine's tp-comm-overlap) hides each of tensor
-// parallelism's collectives under the product beside it, as far as that product lasts.
+// and allgathers the parameters (in the storage dtype) before the next step's forwards need
+// them (allgather_exposed_ms). With interleaving each chunk's gradients start their
+// exchange as that chunk's last backward ends, in the drain. TENSOR_COMM_OVERLAP
+// (Transformer Engine's tp-comm-overlap) hides each of tensor parallelism's collectives
+// under the product beside it, as far as that product lasts.
 struct ModelParallel {
   int tensor = 1, pipeline = 1, virtual_stages = 1;
   bool distributed_optimizer = false;
@@ -124,9 +126,9 @@ inline constexpr size_t kOneBitStageCount = enum_names(OneBitStage{}).size();
 struct Prediction {
   double compute_ms = 0;  // forward + backward of every micro-batch (recompute included)
   double forward_ms = 0, backward_ms = 0;
-  double tensor_comm_ms = 0;   // tensor parallelism's collectives on the critical path
-  double bubble_ms = 0;        // the pipeline's fill and drain
-  int data_parallel = 1;       // replicas exchanging gradients
+  double tensor_comm_ms = 0;  // tensor parallelism's collectives (on the critical path)
+  double bubble_ms = 0;       // the pipeline's fill and drain
+  int data_parallel = 1;      // replicas exchanging gradients
   double optimizer_ms = 0;     // the update (and 1-bit Adam's compression)
   double comm_ms = 0;          // the gradient exchange in flight
   double comm_exposed_ms = 0;  // the part backward does not hide
