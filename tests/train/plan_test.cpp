@@ -20,6 +20,7 @@
 #include "train/grad_sync.h"
 #include "train/report.h"
 #include "train/step_record.h"
+#include "train/temp_dir_test.h"
 
 namespace ringstep {
 namespace {
@@ -536,6 +537,23 @@ TEST(PlanCli, BadInputsExitWithCodeTwo) {
     EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
     EXPECT_NE(r.output.find(fragment), std::string::npos) << args << "\n" << r.output;
   }
+}
+
+class PlanCalibrate : public testing::TempDirTest {};
+
+// One calibration is fitted to one shape: runs of another dtype are refused, before any
+// measurement, with exit 2.
+TEST_F(PlanCalibrate, RunsOfAnotherShapeExitWithCodeTwo) {
+  const std::string run = std::string(RINGSTEP_BINARY) + " train " + TinyYaml() +
+                          " --set train.steps=2 --set train.eval_every=0 --set "
+                          "train.eval_batches=1 --set profile.op_every=1 --set "
+                          "profile.peak_gflops=100 --set run.threads=1 --set run.out_dir=";
+  ASSERT_EQ(std::system((run + path("f32") + " >/dev/null 2>&1").c_str()), 0);
+  ASSERT_EQ(
+      std::system((run + path("bf16") + " --set precision.dtype=bf16 >/dev/null 2>&1").c_str()), 0);
+  const Result r = RunPlan("plan --calibrate " + path("f32") + " " + path("bf16"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("another shape"), std::string::npos) << r.output;
 }
 
 TEST(PlanCli, JsonHasTheStepAndItsParts) {
