@@ -52,7 +52,8 @@ class Backend {
   // x[0, N) = 0.
   virtual void zero(float* x, size_t n, Arena& arena) = 0;
 
-  // out (N, C) = wte[tokens[n]] + wpe[n % T]; TOKENS (N) are host memory.
+  // out (N, C) = wte[tokens[n]] + wpe[n % T]. TOKENS (N) are in the backend's memory (the
+  // model uploads a micro-batch's inputs and targets once: models/gpt.h).
   virtual void encoder_forward(void* out, const int32_t* tokens, const float* wte, const float* wpe,
                                int B, int T, int C, Arena& arena) = 0;
   virtual void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
@@ -104,7 +105,7 @@ class Backend {
 
   // probs (N, V) = softmax(logits); losses (N) = -log probs[n, targets[n]]. Returns the
   // mean of the losses (summed in double, in row order) as a host value; 0 when counting.
-  // TARGETS (N) are host memory.
+  // TARGETS (N) are in the backend's memory, as encoder_forward's tokens.
   virtual float crossentropy_forward(float* losses, float* probs, const float* logits,
                                      const int32_t* targets, int N, int V, Arena& arena) = 0;
   // dlogits (N, V) = (probs - onehot(targets)) * dloss (written).

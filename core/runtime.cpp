@@ -40,6 +40,11 @@ std::shared_ptr<CopyInFlight> Runtime::copy_to_device_async(void* dst, const voi
   return std::make_shared<CopyDone>();
 }
 
+std::shared_ptr<CopyInFlight> Runtime::upload(void* dst, const void* host, size_t bytes) {
+  copy(dst, host, bytes);
+  return std::make_shared<CopyDone>();
+}
+
 Runtime& runtime(Device device, const char* what) {
   struct Slot {
     std::once_flag once;

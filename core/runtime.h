@@ -74,6 +74,11 @@ class Runtime {
                                                            size_t bytes);
   virtual std::shared_ptr<CopyInFlight> copy_to_device_async(void* dst, const void* host,
                                                              size_t bytes);
+  // BYTES from HOST to DST (this runtime's memory), queued on the compute stream: the work
+  // the calling thread queues after it reads DST. HOST should be pinned (pin_host) and must
+  // stay unchanged until the returned copy's wait() returns. Without streams (the CPU), the
+  // copy is done before it returns.
+  virtual std::shared_ptr<CopyInFlight> upload(void* dst, const void* host, size_t bytes);
   // Page-locks host memory [P, P + BYTES) for the copies above (cudaHostRegister); unpin_host
   // undoes it. No-ops where memory is the host's.
   virtual void pin_host(void* p, size_t bytes) {

@@ -14,16 +14,54 @@
 
 namespace ringstep {
 
+// Pinned host memory for a micro-batch's inputs and targets, and its upload in flight.
+struct Gpt::TokenStage {
+  Runtime& rt;
+  std::vector<int32_t> host;
+  std::shared_ptr<CopyInFlight> upload;
+  explicit TokenStage(Runtime& r) : rt(r) {}
+  ~TokenStage() { release(); }
+  TokenStage(const TokenStage&) = delete;
+  TokenStage& operator=(const TokenStage&) = delete;
+  void wait() {
+    if (upload) upload->wait();
+    upload.reset();
+  }
+  void release() noexcept {
+    if (upload) upload->wait();
+    upload.reset();
+    if (!host.empty()) rt.unpin_host(host.data());
+  }
+  // Room for N ints, pinned; waits for the last upload first.
+  int32_t* reserve(size_t n) {
+    wait();
+    if (host.size() < n) {
+      release();
+      host.assign(n, 0);
+      rt.pin_host(host.data(), n * sizeof(int32_t));
+    }
+    return host.data();
+  }
+};
+
 Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt, Device device)
-    : spec_(cfg), opt_(opt), backend_(make_backend(device, opt.act_dtype, opt.tf32)) {
+    : Gpt(cfg, opt, runtime(device, "backend")) {}
+
+Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt, Runtime& rt)
+    : spec_(cfg), opt_(opt), backend_(rt.make_backend(opt.act_dtype, opt.tf32)) {
   if (opt_.recompute_k < 1) throw InputError("recompute.k must be >= 1");
-  params_ = FlatBuffer(registry().total_numel(), device);
-  grads_ = FlatBuffer(registry().total_numel(), device);
+  params_ = FlatBuffer(registry().total_numel(), rt);
+  grads_ = FlatBuffer(registry().total_numel(), rt);
+  if (!rt.host_memory()) stage_ = std::make_unique<TokenStage>(rt);
   // Each matrix product is timed under the name of its weight.
   backend_ = std::make_unique<TimedBackend>(std::move(backend_), op_clock_, spec_.weight_ops());
   // On a device the ops are timed on its compute stream (the clock's marks grow on demand).
   op_clock_.time_on_device(params_.runtime().make_clock(256));
 }
+
+Gpt::~Gpt() = default;
+Gpt::Gpt(Gpt&&) noexcept = default;
+Gpt& Gpt::operator=(Gpt&&) noexcept = default;
 
 void Gpt::init(uint64_t seed) {
   if (!params_.runtime().host_memory()) {  // initialise on the host, then one copy
@@ -56,7 +94,8 @@ void Gpt::init_host(FlatBuffer& params, uint64_t seed) const {
 }
 
 std::array<Gpt::ActSlot, kBlockTensors> Gpt::slots(LayerActs& a) const {
-  const auto t = spec_.block_tensors(opt_, backend_->device(), B_, T_);
+  auto t = spec_.block_tensors(opt_, backend_->device(), B_, T_);
+  t[2].bytes = double(backend_->attention_state_bytes(B_, T_, config().n_heads));
   const std::array<void**, kBlockTensors> ptrs = {&a.ln1, &a.qkv, &a.att_state, &a.atty, &a.res2,
                                                   &a.ln2, &a.fch, &a.fch_gelu,  &a.res3};
   std::array<ActSlot, kBlockTensors> out;
@@ -160,13 +199,19 @@ float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int
   B_ = B;
   T_ = T;
   forward_mark_ = arena.mark();
+  const int C = config().d_model, N = B * T;
+  if (stage_) {  // the backend reads the arena's copies
+    auto* dev = static_cast<int32_t*>(arena.alloc_bytes(2 * size_t(N) * sizeof(int32_t)));
+    if (!arena.counting()) upload_tokens(dev, inputs, targets, size_t(N));
+    inputs = dev;
+    targets = dev + N;
+  }
   inputs_ = inputs;
   targets_ = targets;
   if (weights_stale_ && !arena.counting()) {
     backend_->set_weights(params_.data(), params_.size());
     weights_stale_ = false;
   }
-  const int C = config().d_model, N = B * T;
   const size_t NC = size_t(N) * C;
   // Backward's fp32 gradient buffers sit below the saved activations, so that backward can
   // pop each block's activations as soon as the block is done (a stack frees only its top).
@@ -177,7 +222,7 @@ float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int
     d_.big = arena.alloc_floats(4 * NC);
   }
   encoded_ = alloc_act(NC);
-  backend_->encoder_forward(encoded_, inputs, p(spec_.wte()), p(spec_.wpe()), B, T, C, arena);
+  backend_->encoder_forward(encoded_, inputs_, p(spec_.wte()), p(spec_.wpe()), B, T, C, arena);
   acts_.assign(config().n_layers, LayerActs{});
   layer_marks_.assign(config().n_layers, 0);
   const void* x = encoded_;
@@ -198,6 +243,13 @@ float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int
     x = a.res3;
   }
   return head_forward(x);
+}
+
+void Gpt::upload_tokens(int32_t* dev, const int32_t* inputs, const int32_t* targets, size_t N) {
+  int32_t* host = stage_->reserve(2 * N);
+  std::copy(inputs, inputs + N, host);
+  std::copy(targets, targets + N, host + N);
+  stage_->upload = stage_->rt.upload(dev, host, 2 * N * sizeof(int32_t));
 }
 
 float Gpt::head_forward(const void* x) {

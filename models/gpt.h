@@ -42,8 +42,13 @@ class Gpt {
   // Parameters, gradients, activations and the ops on them live on DEVICE, through
   // make_backend(DEVICE, opt.act_dtype, opt.tf32) (InputError for a device this build or
   // machine lacks). On cuda, forward's arena must be a cuda arena and inputs/targets stay
-  // host memory.
+  // host memory: forward uploads them once (below).
   explicit Gpt(const ModelConfig& cfg, const GptOptions& opt = {}, Device device = Device::cpu);
+  // The same on RT's memory with RT's backend (a test's own runtime).
+  Gpt(const ModelConfig& cfg, const GptOptions& opt, Runtime& rt);
+  ~Gpt();
+  Gpt(Gpt&&) noexcept;
+  Gpt& operator=(Gpt&&) noexcept;
 
   const ModelConfig& config() const { return spec_.config(); }
   const GptSpec& spec() const { return spec_; }
@@ -62,8 +67,12 @@ class Gpt {
   // N(0, 0.02/sqrt(2 n_layers)), biases 0, LayerNorm weights 1. Same seed, same weights.
   void init(uint64_t seed);
 
-  // Runs the model on inputs/targets [B, T] (T <= seq_len) and returns the mean loss.
-  // Saved activations are carved from ARENA, which must stay untouched until backward().
+  // Runs the model on inputs/targets [B, T] (T <= seq_len), host memory, and returns the
+  // mean loss. Saved activations are carved from ARENA, which must stay untouched until
+  // backward(). Where the parameters' runtime is not host memory, inputs and targets are
+  // copied into one pinned host buffer and uploaded with one Runtime::upload into the arena,
+  // where the backend's ops read them; the call returns before that copy is done (the next
+  // forward waits for it before refilling the buffer).
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena);
   // Loss only (evaluation); activations are released before returning.
   float evaluate(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena);
@@ -170,8 +179,14 @@ class Gpt {
   std::vector<size_t> layer_marks_;  // arena mark before each block's saved tensors
   size_t head_mark_ = 0;             // arena mark before the final LayerNorm's
   DBufs d_{};
-  const int32_t* inputs_ = nullptr;
+  const int32_t* inputs_ = nullptr;   // the backend's copies (host memory on the CPU)
   const int32_t* targets_ = nullptr;
+  // Where inputs and targets are staged for their upload (pinned on a device runtime), and
+  // the upload last queued from it.
+  struct TokenStage;
+  std::unique_ptr<TokenStage> stage_;
+  // Inputs then targets (N each) into DEV, the arena's copy, through stage_.
+  void upload_tokens(int32_t* dev, const int32_t* inputs, const int32_t* targets, size_t N);
   void* encoded_ = nullptr;  // (B, T, C)  wte[inputs] + wpe
   std::vector<LayerActs> acts_;
   void* lnf_ = nullptr;        // (B, T, C)  final LayerNorm output

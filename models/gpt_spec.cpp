@@ -283,6 +283,7 @@ ActivationBytes GptSpec::activations(const ModelConfig& cfg, const GptOptions& o
     for (int i = 0; i < 4; ++i) a.alloc(4 * N);
   };
   ArenaReplay a;
+  if (device != Device::cpu) a.alloc(2 * 4 * N);     // the uploaded inputs and targets
   for (double d : {NC, NC, 4 * NC}) a.alloc(4 * d);  // backward's dres, dln, big
   a.alloc(NC * S);                                   // the embedded tokens
   std::vector<double> layer_mark(size_t(cfg.n_layers));

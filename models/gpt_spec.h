@@ -49,7 +49,9 @@ struct BlockTensor {
 inline constexpr size_t kBlockTensors = 9;
 
 // The activation arena of one B x T micro-batch (Gpt::forward + backward), in bytes, each
-// allocation rounded to the arena's 64 bytes.
+// allocation rounded to the arena's 64 bytes: on a device whose memory is not the host's
+// (cuda), the uploaded inputs and targets too, and attention's state in the device
+// backend's format (attention_state_bytes, core/backend.h).
 struct ActivationBytes {
   double saved = 0;  // held from the end of forward until backward starts
   double peak = 0;   // the most held at once, without the backend's scratch (none in fp32

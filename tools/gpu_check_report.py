@@ -342,6 +342,9 @@ def speed(run, log, memfile="", membase="0"):
             ["params_mib", "grads_mib", "optimizer_mib", "arena_reserved_mib",
              "weight_copies_mib"], m.groups())}
     alloc_mib = sum(header.values()) if header else None
+    # The activation arena's peak against the model spec's count (the preflight's estimate):
+    # on cuda they differ by the backend's scratch only.
+    arena = re.search(r"activations: arena peak ([\d.]+) MiB measured; ([\d.]+) MiB predicted", text)
     metrics = {
         "tokens_per_s": s.get("tokens_per_s"), "mfu": s.get("mfu"),
         "peak_gflops": s.get("peak_gflops"), "step_ms_p50": s.get("step_ms_p50"),
@@ -352,6 +355,8 @@ def speed(run, log, memfile="", membase="0"):
         "mem_bytes_last_record": mem, "allocations_mib": header,
         "alloc_total_mib": alloc_mib, "precision": s.get("precision"),
     }
+    if arena:
+        metrics["arena_peak_mib"], metrics["arena_spec_mib"] = map(float, arena.groups())
     # Not written by the trainer yet: the device's own peak, should summary.json gain it.
     if s.get("device_mem_peak_bytes"):
         metrics["device_mem_peak_mib"] = s["device_mem_peak_bytes"] / MIB
@@ -368,6 +373,9 @@ def speed(run, log, memfile="", membase="0"):
         memtxt += f", device peak {size(metrics['device_mem_peak_mib'])}"
     if sm:
         memtxt += f", smi peak {size(sm['smi_peak_mib'])}"
+    if arena:
+        memtxt += (f", arena peak {size(metrics['arena_peak_mib'])} "
+                   f"(spec {size(metrics['arena_spec_mib'])})")
     detail = (f"{s.get('tokens_per_s', 0):.0f} tok/s, MFU {100 * mfu:.1f}% of {peak:.1f} "
               f"TFLOP/s, p50 {s.get('step_ms_p50', 0):.1f} ms [{phases}]; mem {memtxt}; "
               f"loss {s.get('final_loss', float('nan')):.3f}")

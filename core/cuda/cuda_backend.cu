@@ -77,22 +77,18 @@ class CudaBackend final : public Backend {
 
   void encoder_forward(void* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C, Arena& arena) override {
-    ArenaScope scope(arena);
-    const int32_t* dtok = upload_ints(tokens, size_t(B) * T, arena);
     if (arena.counting()) return;
     const size_t n = size_t(B) * T * C;
     dispatch([&]<typename S>() {
-      RS_LAUNCH(k::encoder_forward_kernel<S>, grid_for(n), kBlock, as<S>(out), dtok, wte, wpe, T, C, n);
+      RS_LAUNCH(k::encoder_forward_kernel<S>, grid_for(n), kBlock, as<S>(out), tokens, wte, wpe, T, C, n);
     });
   }
 
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C, Arena& arena) override {
-    ArenaScope scope(arena);
-    const int32_t* dtok = upload_ints(tokens, size_t(B) * T, arena);
     if (arena.counting()) return;
     const size_t n = size_t(B) * T * C, tc = size_t(T) * C;
-    RS_LAUNCH(k::encoder_backward_wte_kernel, grid_for(n), kBlock, dwte, dout, dtok, C, n);
+    RS_LAUNCH(k::encoder_backward_wte_kernel, grid_for(n), kBlock, dwte, dout, tokens, C, n);
     RS_LAUNCH(k::encoder_backward_wpe_kernel, grid_for(tc), kBlock, dwpe, dout, B, T, C, tc);
   }
 
@@ -197,10 +193,9 @@ class CudaBackend final : public Backend {
   float crossentropy_forward(float* losses, float* probs, const float* logits,
                              const int32_t* targets, int N, int V, Arena& arena) override {
     ArenaScope scope(arena);
-    const int32_t* dtg = upload_ints(targets, size_t(N), arena);
     auto* sum = static_cast<double*>(arena.alloc_bytes(sizeof(double)));
     if (arena.counting()) return 0.0f;
-    RS_LAUNCH(k::softmax_xent_kernel, unsigned(N), kXentThreads, losses, probs, logits, dtg, V);
+    RS_LAUNCH(k::softmax_xent_kernel, unsigned(N), kXentThreads, losses, probs, logits, targets, V);
     RS_LAUNCH(k::sum_losses_kernel<kSumThreads>, 1u, kSumThreads, sum, losses, N);
     double host_sum = 0.0;
     CUDA_CHECK(cudaMemcpyAsync(&host_sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_));
@@ -210,11 +205,9 @@ class CudaBackend final : public Backend {
 
   void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
                              float dloss, int N, int V, Arena& arena) override {
-    ArenaScope scope(arena);
-    const int32_t* dtg = upload_ints(targets, size_t(N), arena);
     if (arena.counting()) return;
     const size_t n = size_t(N) * V;
-    RS_LAUNCH(k::xent_backward_kernel, grid_for(n), kBlock, dlogits, probs, dtg, dloss, V, n);
+    RS_LAUNCH(k::xent_backward_kernel, grid_for(n), kBlock, dlogits, probs, targets, dloss, V, n);
   }
 
  private:
@@ -263,14 +256,6 @@ class CudaBackend final : public Backend {
         RS_LAUNCH(k::narrow_kernel<S>, grid_for(n), kBlock, as<S>(r), x, n);
       });
     return r;
-  }
-
-  // A device copy of N host ints in arena scratch (not filled when counting).
-  const int32_t* upload_ints(const int32_t* host, size_t n, Arena& arena) {
-    auto* d = static_cast<int32_t*>(arena.alloc_bytes(n * sizeof(int32_t)));
-    if (!arena.counting())
-      CUDA_CHECK(cudaMemcpyAsync(d, host, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    return d;
   }
 
   // dw[c] += sum_r dout[r, c] xhat[r, c] (when INP is given), db[c] += sum_r dout[r, c].

@@ -75,6 +75,10 @@ class CudaRuntime final : public Runtime {
     CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, to_device_));
     return done_on(to_device_);
   }
+  std::shared_ptr<CopyInFlight> upload(void* dst, const void* host, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, nullptr));
+    return done_on(nullptr);  // the legacy default stream: the backend's compute stream
+  }
   void pin_host(void* p, size_t bytes) override {
     CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterDefault));
   }

@@ -12,6 +12,7 @@
 
 #include "core/arena.h"
 #include "core/error.h"
+#include "models/device_shaped_runtime.h"
 #include "models/gpt.h"
 #include "models/gpt_test_batch.h"
 
@@ -119,6 +120,28 @@ TEST_P(GptSpecRun, ActivationsAreWhatTheArenaHolds) {
     EXPECT_EQ(act.peak, peak);
   else
     EXPECT_LE(act.peak, peak);
+}
+
+// On cuda the arena holds the uploaded inputs and targets and attention's row statistics
+// (not the probabilities): the spec on Device::cuda is what a counting pass of the model
+// allocates on a device runtime whose backend sizes attention's state as the cuda backend
+// does. Exact in fp32, where the CPU ops add no scratch; the cuda backend's own scratch (the
+// 16-bit products' fp32 results, attention backward's row sums) is not in the spec.
+TEST_P(GptSpecRun, ActivationsOnCudaAreWhatTheArenaHoldsWithCudaStateSizes) {
+  DeviceShapedRuntime rt(/*cuda_state=*/true);
+  Gpt m(Model(), Options(), rt);
+  const ActivationBytes act = m.spec().activations(Options(), Device::cuda, B, T);
+  EXPECT_LT(act.peak, m.spec().activations(Options(), Device::cpu, B, T).peak);
+  Arena counter = Arena::make_counting();
+  m.forward(nullptr, nullptr, B, T, counter);
+  EXPECT_EQ(act.saved, double(counter.used_bytes()));
+  m.backward(1.0f, counter);
+  const double peak = double(m.count_arena_bytes(B, T));
+  if (Options().act_dtype == DType::f32)
+    EXPECT_EQ(act.peak, peak);
+  else
+    EXPECT_LE(act.peak, peak);
+  EXPECT_TRUE(rt.uploads.empty());  // counting uploads nothing
 }
 
 // A real forward and backward with every op timed: calls, FLOPs and bytes per (phase, op)

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "models/device_shaped_runtime.h"
 #include "models/gpt.h"
 #include "models/gpt_test_batch.h"
 
@@ -173,6 +174,49 @@ TEST(Gpt, PaddedVocabularyIsTheSameModel) {
   EXPECT_EQ(std::count(gpad, gpad + pad, 0.0f), long(pad));
   // The FLOPs count the model, not its padding.
   EXPECT_EQ(b.spec().flops_param_count(), a.spec().flops_param_count());
+}
+
+// Where the parameters are not in host memory, each micro-batch's inputs and targets go up
+// in one upload from one pinned buffer (pinned once, refilled only after the last upload is
+// waited for), and the ops read the uploaded copies: the same losses and gradients, bit for
+// bit, as the model on the CPU's own memory.
+TEST(Gpt, UploadsEachMicroBatchsTokensOnceFromOnePinnedBuffer) {
+  const ModelConfig mc = TinyModel();
+  const int B = 2, T = 5, micro_batches = 3;
+  DeviceShapedRuntime rt;
+  {
+    Gpt host(mc), dev(mc, {}, rt);
+    host.init(11);
+    dev.init(11);
+    Arena host_arena(host.count_arena_bytes(B, T)), dev_arena(dev.count_arena_bytes(B, T));
+    EXPECT_TRUE(rt.uploads.empty());
+    for (int k = 0; k < micro_batches; ++k) {
+      const Batch b = MakeBatch(B, T, mc.vocab_size, 20 + unsigned(k));
+      const float lh = host.forward(b.in.data(), b.tg.data(), B, T, host_arena);
+      const float ld = dev.forward(b.in.data(), b.tg.data(), B, T, dev_arena);
+      EXPECT_EQ(std::memcmp(&lh, &ld, sizeof lh), 0) << "micro-batch " << k;
+      host.backward(1.0f / micro_batches, host_arena);
+      dev.backward(1.0f / micro_batches, dev_arena);
+      ASSERT_EQ(rt.uploads.size(), size_t(k) + 1);
+    }
+    ASSERT_EQ(host.grads().size(), dev.grads().size());
+    EXPECT_EQ(std::memcmp(host.grads().data(), dev.grads().data(),
+                          host.grads().size() * sizeof(float)),
+              0);
+    for (const auto& u : rt.uploads) {
+      EXPECT_EQ(u.bytes, 2 * size_t(B) * T * sizeof(int32_t));  // inputs and targets together
+      EXPECT_EQ(u.host, rt.uploads[0].host);                       // one staging buffer
+    }
+    EXPECT_EQ(rt.pins, 1);
+    EXPECT_EQ(rt.reused_before_wait, 0);
+    // Evaluation uploads once too.
+    const Batch b = MakeBatch(B, T, mc.vocab_size, 30);
+    EXPECT_EQ(host.evaluate(b.in.data(), b.tg.data(), B, T, host_arena),
+              dev.evaluate(b.in.data(), b.tg.data(), B, T, dev_arena));
+    EXPECT_EQ(rt.uploads.size(), size_t(micro_batches) + 1);
+    EXPECT_EQ(rt.unpins, 0);
+  }
+  EXPECT_EQ(rt.unpins, 1);  // the model unpins its buffer when it goes
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/device_shaped_runtime.h"
 #include "models/gpt.h"
 #include "train/report.h"
 
@@ -36,6 +37,24 @@ TEST(Preflight, MemoryEstimateSplitsIntoParameterStateAndActivations) {
   EXPECT_EQ(m.optimizer_bytes, 2 * m.params_bytes);
   EXPECT_EQ(m.activations_bytes, activation_estimate_bytes(cfg));
   EXPECT_EQ(m.total_bytes(), memory_estimate_bytes(cfg));
+}
+
+// On cuda the activations are what the model's counting pass allocates on a device runtime
+// with the cuda backend's attention state (one fp32 LSE per query row, not the T x T
+// probabilities): exact in fp32, below the CPU's estimate.
+TEST(Preflight, OnCudaTheActivationsAreWhatTheCountingArenaAllocates) {
+  Config cfg;
+  cfg.run.device = Device::cuda;
+  cfg.model.pad_vocab_to_multiple = 128;
+  DeviceShapedRuntime rt(/*cuda_state=*/true);
+  Gpt model(cfg.model, gpt_options(cfg), rt);
+  const MemoryEstimate m = memory_estimate(cfg);
+  EXPECT_EQ(m.activations_bytes,
+            double(model.count_arena_bytes(cfg.train.micro_batch, cfg.model.seq_len)));
+  EXPECT_EQ(m.params_bytes, 4 * double(model.params().size()));
+  Config on_cpu = cfg;
+  on_cpu.run.device = Device::cpu;
+  EXPECT_LT(m.activations_bytes, memory_estimate(on_cpu).activations_bytes);
 }
 
 TEST(Preflight, RefusesAModelLargerThanRamBeforeBuildingIt) {
