@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "core/arena.h"
 #include "core/device.h"
@@ -103,6 +104,24 @@ class Backend {
   // In place, not +=: d (N, C) holds dL/dout on entry and dL/dinp on return.
   virtual void gelu_backward(float* d, const void* inp, int N, int C, Arena& arena) = 0;
 
+  // The MLP's first product and its GELU: PRE (N, OC) = inp (N, C) @ weight (OC, C)^T + bias
+  // and OUT (N, OC) = GELU(PRE), both stored (backward reads PRE). The default runs
+  // linear_forward, then gelu_forward on gelu_view's rows: bit for bit those two calls. A
+  // backend that fuses them (fuses_gelu(); cuda: cuBLASLt's GELU_AUX_BIAS epilogue) takes
+  // GELU of PRE before PRE is rounded to act_dtype, so a recompute that rebuilds OUT from
+  // the stored PRE alone must call gelu_forward in the first forward too.
+  virtual void linear_gelu_forward(void* out, void* pre, const void* inp, const float* weight,
+                                   const float* bias, int N, int C, int OC, Arena& arena);
+  // linear_backward with DINP (not null) then multiplied by GELU'(GELU_INP), GELU_INP (N, C)
+  // stored: the gradient through the product into the GELU's input. The default runs
+  // linear_backward, then gelu_backward on gelu_view's rows; a fusing backend applies GELU'
+  // in the product's epilogue (cuda: cuBLASLt's DGELU) where it can.
+  virtual void linear_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout,
+                                    const void* inp, const float* weight, const void* gelu_inp,
+                                    int N, int C, int OC, Arena& arena);
+  // True where the two calls above are not the default's pair of ops.
+  virtual bool fuses_gelu() const { return false; }
+
   // probs (N, V) = softmax(logits); losses (N) = -log probs[n, targets[n]]. Returns the
   // mean of the losses (summed in double, in row order) as a host value; 0 when counting.
   // TARGETS (N) are in the backend's memory, as encoder_forward's tokens.
@@ -112,6 +131,14 @@ class Backend {
   virtual void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
                                      float dloss, int N, int V, Arena& arena) = 0;
 };
+
+// The (rows, cols) view the GELU ops take of an elementwise (N, W) tensor: rows as wide as
+// NARROW where NARROW divides W (the MLP's (N, 4C) as (4N, C), so that a 16-bit backend's
+// row block of scratch is as wide as the residual stream's), else (N, W).
+inline std::pair<int, int> gelu_view(int N, int W, int narrow) {
+  if (narrow > 0 && W % narrow == 0) return {N * (W / narrow), narrow};
+  return {N, W};
+}
 
 // Bytes of what attention saves for backward on DEVICE with ACT activations, the one formula
 // each device's backend answers with (so that a model not built can be sized): the CPU keeps

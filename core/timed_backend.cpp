@@ -124,6 +124,41 @@ void TimedBackend::gelu_backward(float* d, const void* inp, int N, int C, Arena&
        [&] { inner_->gelu_backward(d, inp, N, C, arena); });
 }
 
+namespace {
+OpCost plus(const OpCost& a, const OpCost& b) { return {a.flops + b.flops, a.bytes + b.bytes}; }
+}  // namespace
+
+void TimedBackend::linear_gelu_forward(void* out, void* pre, const void* inp, const float* weight,
+                                       const float* bias, int N, int C, int OC, Arena& arena) {
+  if (!inner_->fuses_gelu()) {
+    Backend::linear_gelu_forward(out, pre, inp, weight, bias, N, C, OC, arena);
+    return;
+  }
+  const Op op = timing(arena) ? weight_op(weight) : Op{};  // Op{}: not timed
+  const OpCost cost = plus(op_cost::linear_forward(N, C, OC, act_bytes(), false),
+                           op_cost::gelu_forward(double(N) * OC, act_bytes()));
+  time(op, arena, cost,
+       [&] { inner_->linear_gelu_forward(out, pre, inp, weight, bias, N, C, OC, arena); });
+}
+
+void TimedBackend::linear_backward_gelu(float* dinp, float* dweight, float* dbias,
+                                        const float* dout, const void* inp, const float* weight,
+                                        const void* gelu_inp, int N, int C, int OC, Arena& arena) {
+  if (!inner_->fuses_gelu()) {
+    Backend::linear_backward_gelu(dinp, dweight, dbias, dout, inp, weight, gelu_inp, N, C, OC,
+                                  arena);
+    return;
+  }
+  const Op op = timing(arena) ? weight_op(weight) : Op{};  // Op{}: not timed
+  const OpCost cost =
+      plus(op_cost::linear_backward(N, C, OC, act_bytes(), true, dbias != nullptr),
+           op_cost::gelu_backward(double(N) * C, act_bytes()));
+  time(op, arena, cost, [&] {
+    inner_->linear_backward_gelu(dinp, dweight, dbias, dout, inp, weight, gelu_inp, N, C, OC,
+                                 arena);
+  });
+}
+
 float TimedBackend::crossentropy_forward(float* losses, float* probs, const float* logits,
                                          const int32_t* targets, int N, int V, Arena& arena) {
   return time(Op::softmax_xent, arena, op_cost::crossentropy_forward(N, V), [&] {

@@ -53,6 +53,14 @@ class TimedBackend final : public Backend {
                           const void* state, int B, int T, int C, int NH, Arena& arena) override;
   void gelu_forward(void* out, const void* inp, int N, int C, Arena& arena) override;
   void gelu_backward(float* d, const void* inp, int N, int C, Arena& arena) override;
+  // Where the inner backend fuses them, one op under the product's name with the cost of
+  // both; otherwise the default's two ops, each timed.
+  void linear_gelu_forward(void* out, void* pre, const void* inp, const float* weight,
+                           const float* bias, int N, int C, int OC, Arena& arena) override;
+  void linear_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const void* inp, const float* weight, const void* gelu_inp, int N,
+                            int C, int OC, Arena& arena) override;
+  bool fuses_gelu() const override { return inner_->fuses_gelu(); }
   float crossentropy_forward(float* losses, float* probs, const float* logits,
                              const int32_t* targets, int N, int V, Arena& arena) override;
   void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,

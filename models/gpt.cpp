@@ -131,10 +131,15 @@ void Gpt::block_forward(int l, const void* x, LayerActs& a) {
   be.attention_forward(a.atty, a.att_state, a.qkv, B_, T_, C, NH, ar);
   be.linear_forward(a.res2, a.atty, p(L.proj_w), p(L.proj_b), x, N, C, C, ar);
   be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p(L.ln2_w), p(L.ln2_b), N, C, ar);
-  be.linear_forward(a.fch, a.ln2, p(L.fc_w), p(L.fc_b), nullptr, N, C, 4 * C, ar);
-  // Elementwise, so (N, 4C) is passed as (4N, C): a 16-bit backend's row block of scratch
-  // is then as wide as the residual stream's.
-  be.gelu_forward(a.fch_gelu, a.fch, 4 * N, C, ar);
+  if (keep(l) == Keep::selective) {
+    // Backward rebuilds fch_gelu from the kept fch with gelu_forward alone: the first
+    // forward does the same, so that both give the same bits (Backend::linear_gelu_forward).
+    be.linear_forward(a.fch, a.ln2, p(L.fc_w), p(L.fc_b), nullptr, N, C, 4 * C, ar);
+    const auto [rows, cols] = gelu_view(N, 4 * C, C);
+    be.gelu_forward(a.fch_gelu, a.fch, rows, cols, ar);
+  } else {
+    be.linear_gelu_forward(a.fch_gelu, a.fch, a.ln2, p(L.fc_w), p(L.fc_b), N, C, 4 * C, ar);
+  }
   if (a.res3 == nullptr) return;  // full recompute: backward needs everything but the output
   be.linear_forward(a.res3, a.fch_gelu, p(L.fcp_w), p(L.fcp_b), a.res2, N, 4 * C, C, ar);
 }
@@ -157,7 +162,8 @@ void Gpt::recompute_block(int l, const void* x, LayerActs& a, Keep k) {
     be.attention_forward(atty_again, a.att_state, a.qkv, B_, T_, C, NH, ar);
   }
   be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p(L.ln2_w), p(L.ln2_b), N, C, ar);
-  be.gelu_forward(a.fch_gelu, a.fch, 4 * N, C, ar);
+  const auto [rows, cols] = gelu_view(N, 4 * C, C);
+  be.gelu_forward(a.fch_gelu, a.fch, rows, cols, ar);
 }
 
 void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& d,
@@ -169,8 +175,8 @@ void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& 
   Arena& ar = *arena_;
   // res3 = res2 + mlp(ln2(res2)): dres flows to both; the MLP branch adds into dres.
   float* dh = d.big;
-  be.linear_backward(dh, g(L.fcp_w), g(L.fcp_b), d.dres, a.fch_gelu, p(L.fcp_w), N, 4 * C, C, ar);
-  be.gelu_backward(dh, a.fch, 4 * N, C, ar);
+  be.linear_backward_gelu(dh, g(L.fcp_w), g(L.fcp_b), d.dres, a.fch_gelu, p(L.fcp_w), a.fch, N,
+                          4 * C, C, ar);
   be.linear_backward(d.dln, g(L.fc_w), g(L.fc_b), dh, a.ln2, p(L.fc_w), N, C, 4 * C, ar);
   be.layernorm_backward(d.dres, g(L.ln2_w), g(L.ln2_b), d.dln, a.res2, p(L.ln2_w), a.ln2_mean,
                         a.ln2_rstd, N, C, ar);

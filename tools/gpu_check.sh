@@ -305,6 +305,8 @@ stage_cuda_tests() {
   from_report "$prefix" gtest "$log" "$xml"
   # Every failing test with its first message lines, under the row.
   "${REPORT[@]}" failures "$WORK/metrics/$STAGE.json" 15 | while read -r l; do hl "$l"; done
+  # Which MLP products took cuBLASLt's GELU epilogue and which ran the two ops.
+  grep -E '^\[gelu-epilogue\]' "$log" | sort -u | while read -r l; do hl "$l"; done
   if [[ $rc -ne 0 && $(cut -f1 "$WORK/result/$STAGE") == ok ]]; then
     result FAIL "${prefix}gtest rc=$rc though no test failed (a crash after the last test?)"
   fi

@@ -52,6 +52,7 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::cuda; }
   size_t gemm_plans_built() const { return lt_.plans_built(); }
+  size_t gemm_plans_without_algorithm() const { return lt_.plans_without_algorithm(); }
   DType act_dtype() const override { return dt_; }
 
   void set_weights(const float* params, size_t n) override {
@@ -142,6 +143,40 @@ class CudaBackend final : public Backend {
     if (dinp != nullptr) gemm(plan_linear_dinp(N, C, OC), weight_operand(weight), d, dinp);
     gemm(plan_linear_dweight(N, C, OC), inp, d, dweight);
     if (dbias != nullptr) column_sums<float>(nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC);
+  }
+
+  // The MLP's product and GELU in one cuBLASLt call (GELU_AUX_BIAS: PRE is the epilogue's
+  // auxiliary output) where cuBLASLt has an algorithm for it and OC is a multiple of 8, else
+  // the two ops. The fused call takes (and returns) the two ops' scratch too, so that the
+  // counting pass, which cannot ask cuBLASLt, is exact whichever runs.
+  bool fuses_gelu() const override { return true; }
+  void linear_gelu_forward(void* out, void* pre, const void* inp, const float* weight,
+                           const float* bias, int N, int C, int OC, Arena& arena) override {
+    if (!arena.counting() && bias != nullptr && aligned16(bias) && OC % 8 == 0 &&
+        lt_.run_gelu_aux_bias(plan_linear_forward(N, C, OC), {ab_type(), ab_type(), tf32_},
+                              weight_operand(weight), inp, out, pre, bias, stream_)) {
+      ArenaScope scope(arena);
+      if (half()) arena.alloc_floats(size_t(N) * OC);  // linear_forward's fp32 result
+      return;
+    }
+    Backend::linear_gelu_forward(out, pre, inp, weight, bias, N, C, OC, arena);
+  }
+
+  // fp32 storage: GELU' applied in the dinp product's epilogue (DGELU; its auxiliary input
+  // has the output's type, fp32, so 16-bit storage runs the two ops).
+  void linear_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const void* inp, const float* weight, const void* gelu_inp, int N,
+                            int C, int OC, Arena& arena) override {
+    if (!half() && !arena.counting() && C % 8 == 0 &&
+        lt_.run_dgelu(plan_linear_dinp(N, C, OC), {CUDA_R_32F, CUDA_R_32F, tf32_}, weight, dout,
+                      dinp, gelu_inp, stream_)) {
+      gemm(plan_linear_dweight(N, C, OC), inp, dout, dweight);
+      if (dbias != nullptr)
+        column_sums<float>(nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC);
+      return;
+    }
+    Backend::linear_backward_gelu(dinp, dweight, dbias, dout, inp, weight, gelu_inp, N, C, OC,
+                                  arena);
   }
 
   void logits_forward(float* logits, const void* inp, const float* wte, int N, int C, int V,
@@ -284,6 +319,12 @@ class CudaBackend final : public Backend {
 std::unique_ptr<Backend> make_cuda_backend(DType act_dtype, bool tf32) {
   use_local_device();
   return std::make_unique<CudaBackend>(act_dtype, tf32);
+}
+
+size_t gemm_plans_without_algorithm(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda == nullptr) throw std::logic_error("gemm_plans_without_algorithm: not a CUDA backend");
+  return cuda->gemm_plans_without_algorithm();
 }
 
 size_t gemm_plans_built(const Backend& backend) {

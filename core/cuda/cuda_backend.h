@@ -36,5 +36,8 @@ std::unique_ptr<Backend> make_cuda_backend(DType act_dtype, bool tf32);
 // The cuBLASLt plans BACKEND (made by make_cuda_backend) has built so far: one per distinct
 // product; a steady training step adds none.
 size_t gemm_plans_built(const Backend& backend);
+// Of those, the ones cuBLASLt has no algorithm for (an epilogue the backend then runs with
+// its own kernels).
+size_t gemm_plans_without_algorithm(const Backend& backend);
 
 }  // namespace ringstep::cuda

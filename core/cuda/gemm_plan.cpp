@@ -1,5 +1,8 @@
 #include "core/cuda/gemm_plan.h"
 
+#include <stdexcept>
+
+#include "core/cpu/ops.h"
 
 namespace ringstep::cuda {
 namespace {
@@ -47,23 +50,53 @@ GemmPlan plan_linear_dweight(int N, int C, int OC) {
   return p;
 }
 
+namespace {
+
+// Row I, column J of batch entry B of the plan's product op(A) op(B), in double.
+double product_at(const GemmPlan& p, const float* A, const float* B, int b, int i, int j) {
+  const float* a = A + int64_t(b) * p.stride_a;
+  const float* bb = B + int64_t(b) * p.stride_b;
+  double acc = 0.0;
+  for (int l = 0; l < p.k; ++l) {
+    const float av = p.trans_a ? a[l + i * p.lda] : a[i + l * p.lda];
+    const float bv = p.trans_b ? bb[j + l * p.ldb] : bb[l + j * p.ldb];
+    acc += double(av) * bv;
+  }
+  return acc;
+}
+
+}  // namespace
+
 void gemm_reference(const GemmPlan& p, const float* A, const float* B, float* C) {
   for (int b = 0; b < p.batch; ++b) {
-    const float* a = A + int64_t(b) * p.stride_a;
-    const float* bb = B + int64_t(b) * p.stride_b;
     float* c = C + int64_t(b) * p.stride_c;
-    for (int j = 0; j < p.n; ++j) {
+    for (int j = 0; j < p.n; ++j)
       for (int i = 0; i < p.m; ++i) {
-        double acc = p.beta != 0.0f ? double(p.beta) * c[i + j * p.ldc] : 0.0;
-        for (int l = 0; l < p.k; ++l) {
-          const float av = p.trans_a ? a[l + i * p.lda] : a[i + l * p.lda];
-          const float bv = p.trans_b ? bb[j + l * p.ldb] : bb[l + j * p.ldb];
-          acc += double(av) * bv;
-        }
-        c[i + j * p.ldc] = float(acc);
+        const double prev = p.beta != 0.0f ? double(p.beta) * c[i + j * p.ldc] : 0.0;
+        c[i + j * p.ldc] = float(prev + product_at(p, A, B, b, i, j));
       }
-    }
   }
+}
+
+void gemm_reference(const GemmPlan& p, Epilogue epilogue, const float* A, const float* B, float* C,
+                    const float* bias, float* aux) {
+  if (epilogue == Epilogue::none) return gemm_reference(p, A, B, C);
+  if (p.beta != 0.0f || p.batch != 1)
+    throw std::logic_error("gemm_reference: an epilogue writes C of one product (beta 0)");
+  for (int j = 0; j < p.n; ++j)
+    for (int i = 0; i < p.m; ++i) {
+      const int64_t at = i + j * p.ldc;
+      double x = product_at(p, A, B, 0, i, j);
+      if (epilogue != Epilogue::dgelu) x += bias[i];
+      if (epilogue == Epilogue::gelu_aux_bias) {
+        aux[at] = float(x);
+        cpu::gelu_forward<double>(&x, &x, 1);
+      } else if (epilogue == Epilogue::dgelu) {
+        const double g = aux[at];
+        cpu::gelu_backward_inplace<double>(&x, &g, 1);
+      }
+      C[at] = float(x);
+    }
 }
 
 uint32_t operand_alignment(const void* p, int batch, int64_t stride_bytes) {

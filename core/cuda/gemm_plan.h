@@ -24,9 +24,11 @@ struct GemmPlan {
   bool operator==(const GemmPlan&) const = default;
 };
 
-// What the product does after the multiply: nothing, or add a bias per row of C (per output
-// feature of a linear layer) as cuBLASLt's BIAS epilogue.
-enum class Epilogue : uint8_t { none, bias };
+// What the product does after the multiply (cuBLASLt's epilogues): nothing; add a bias per
+// row of C (per output feature of a linear layer: BIAS); add the bias, keep the sum in an
+// auxiliary matrix and store its GELU (GELU_AUX_BIAS: the MLP's first product); multiply by
+// GELU' of the auxiliary matrix (DGELU: the gradient into that GELU's input).
+enum class Epilogue : uint8_t { none, bias, gelu_aux_bias, dgelu };
 
 // Everything cuBLASLt's descriptors and its choice of algorithm depend on, and nothing else:
 // the plan's shape (beta is zeroed: it is a per-call scalar), the operand and output types
@@ -63,6 +65,13 @@ GemmPlan plan_linear_dweight(int N, int C, int OC);
 // The plan's product on the host in double, stored to float: the reference semantics of
 // what cuBLASLt is asked to compute (C is read when beta != 0).
 void gemm_reference(const GemmPlan& p, const float* A, const float* B, float* C);
+
+// gemm_reference with EPILOGUE (beta 0, one batch), as cuBLASLt is asked for it; X being the
+// product in double: bias: C = X + BIAS[i] (i the row of C); gelu_aux_bias: AUX = X + BIAS[i]
+// stored to float, C = GELU(X + BIAS[i]) (tanh approximation, core/cpu/ops.h); dgelu: C = X
+// GELU'(AUX). AUX has C's leading dimension. Unused pointers may be null.
+void gemm_reference(const GemmPlan& p, Epilogue epilogue, const float* A, const float* B, float* C,
+                    const float* bias, float* aux);
 
 // The alignment cuBLASLt may assume for an operand that starts at P and, when BATCH > 1,
 // steps by STRIDE_BYTES: the largest power of two dividing both, capped at 64 bytes, the

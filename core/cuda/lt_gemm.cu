@@ -40,7 +40,10 @@ std::string describe(const GemmKey& key) {
          " ta=" + std::to_string(p.trans_a) + " tb=" + std::to_string(p.trans_b) +
          " lda=" + std::to_string(p.lda) + " ldb=" + std::to_string(p.ldb) +
          " ldc=" + std::to_string(p.ldc) + " batch=" + std::to_string(p.batch) +
-         (key.epilogue == Epilogue::bias ? " epilogue=bias" : "");
+         (key.epilogue == Epilogue::bias            ? " epilogue=bias"
+          : key.epilogue == Epilogue::gelu_aux_bias ? " epilogue=gelu_aux_bias"
+          : key.epilogue == Epilogue::dgelu         ? " epilogue=dgelu"
+                                                    : "");
 }
 
 GemmKey key_of(const GemmPlan& p, const GemmTypes& t, Epilogue e, const void* A, const void* B,
@@ -78,7 +81,7 @@ LtGemm::~LtGemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-LtGemm::Plan& LtGemm::plan_for(const GemmKey& key) {
+LtGemm::Plan& LtGemm::plan_for(const GemmKey& key, const void* aux) {
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
   const GemmPlan& p = key.shape;
@@ -88,9 +91,21 @@ LtGemm::Plan& LtGemm::plan_for(const GemmKey& key) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
   set_desc(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
   set_desc(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
-  if (key.epilogue == Epilogue::bias) {
-    set_desc(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+  if (key.epilogue == Epilogue::bias || key.epilogue == Epilogue::gelu_aux_bias) {
+    set_desc(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+             key.epilogue == Epilogue::bias ? CUBLASLT_EPILOGUE_BIAS
+                                            : CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
     set_desc(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F));
+  }
+  if (key.epilogue == Epilogue::dgelu)
+    set_desc(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DGELU);
+  if (key.epilogue == Epilogue::gelu_aux_bias || key.epilogue == Epilogue::dgelu) {
+    // The auxiliary matrix has C's type and leading dimension; the heuristic reads its
+    // pointer's alignment, so it is set before the heuristic runs (every later pointer is an
+    // arena tensor, as aligned).
+    set_desc(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, int32_t(cd));
+    set_desc(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(p.ldc));
+    set_desc(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   }
   // Stored shapes: op(A) is m x k, so A is k x m when transposed; likewise B.
   make_layout(&plan->a, ab, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda, p.batch,
@@ -150,6 +165,38 @@ bool LtGemm::run_bias(const GemmPlan& p, const GemmTypes& types, const void* A, 
   if (!plan.found) return false;
   // The bias pointer is per call; the descriptor is read when the product is enqueued.
   set_desc(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  enqueue(plan, 0.0f, A, B, C, stream);
+  return true;
+}
+
+size_t LtGemm::plans_without_algorithm() const {
+  size_t n = 0;
+  for (const auto& [key, plan] : plans_) n += plan->found ? 0 : 1;
+  return n;
+}
+
+bool LtGemm::run_gelu_aux_bias(const GemmPlan& p, const GemmTypes& types, const void* A,
+                               const void* B, void* C, void* aux, const float* bias,
+                               cudaStream_t stream) {
+  if (p.beta != 0.0f || p.ldc % 8 != 0)
+    throw std::logic_error("LtGemm::run_gelu_aux_bias: beta 0 and a leading dimension of 8k");
+  const GemmKey key = key_of(p, types, Epilogue::gelu_aux_bias, A, B, C);
+  Plan& plan = plan_for(key, aux);
+  if (!plan.found) return false;
+  set_desc(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  set_desc(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
+  enqueue(plan, 0.0f, A, B, C, stream);
+  return true;
+}
+
+bool LtGemm::run_dgelu(const GemmPlan& p, const GemmTypes& types, const void* A, const void* B,
+                       void* C, const void* aux, cudaStream_t stream) {
+  if (p.beta != 0.0f || p.ldc % 8 != 0)
+    throw std::logic_error("LtGemm::run_dgelu: beta 0 and a leading dimension of 8k");
+  const GemmKey key = key_of(p, types, Epilogue::dgelu, A, B, C);
+  Plan& plan = plan_for(key, aux);
+  if (!plan.found) return false;
+  set_desc(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   enqueue(plan, 0.0f, A, B, C, stream);
   return true;
 }

@@ -44,12 +44,27 @@ class LtGemm {
   bool run_bias(const GemmPlan& plan, const GemmTypes& types, const void* A, const void* B,
                 void* C, const float* bias, cudaStream_t stream);
 
+  // C = GELU(op(A) op(B) + BIAS) and AUX = op(A) op(B) + BIAS (the GELU's input, C's type,
+  // C's leading dimension, which must be a multiple of 8), plan.beta 0: the GELU_AUX_BIAS
+  // epilogue. AUX must be 64-byte aligned (an arena tensor). Returns false, having enqueued
+  // nothing, where cuBLASLt has no algorithm for it (the key's plan is then kept as one
+  // without an algorithm, so the question is asked once).
+  bool run_gelu_aux_bias(const GemmPlan& plan, const GemmTypes& types, const void* A,
+                         const void* B, void* C, void* aux, const float* bias,
+                         cudaStream_t stream);
+  // C = (op(A) op(B)) o GELU'(AUX), AUX of C's type with C's leading dimension (a multiple of
+  // 8), 64-byte aligned, plan.beta 0: the DGELU epilogue. False as run_gelu_aux_bias.
+  bool run_dgelu(const GemmPlan& plan, const GemmTypes& types, const void* A, const void* B,
+                 void* C, const void* aux, cudaStream_t stream);
+
   // Distinct keys seen so far: each cost one heuristic query.
   size_t plans_built() const { return plans_.size(); }
+  // Of those, the keys cuBLASLt has no algorithm for.
+  size_t plans_without_algorithm() const;
 
  private:
   struct Plan;  // descriptors and algorithm of one key (lt_gemm.cu)
-  Plan& plan_for(const GemmKey& key);
+  Plan& plan_for(const GemmKey& key, const void* aux = nullptr);
   void enqueue(Plan& plan, float beta, const void* A, const void* B, void* C,
                cudaStream_t stream);
 

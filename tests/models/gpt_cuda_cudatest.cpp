@@ -1,7 +1,7 @@
 // A whole Gpt step on cuda against the same step on the CPU: same init, same batch; the
 // loss and every gradient within 1e-5 (fp32) or 1e-2 (bf16, fp16) relative; the arena count is
-// exact on the device too, and a recomputing policy reproduces the forward's loss bit for
-// bit. Skips with the reason when no GPU is usable.
+// exact on the device too, and a full recompute reproduces the forward's loss bit for bit.
+// Skips with the reason when no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,15 +80,22 @@ TEST_P(GptCuda, StepMatchesCpu) {
   EXPECT_LE(RelErr(gpu.grads, cpu.grads), tol);
 }
 
+// A full recompute reruns the block's forward, the fused MLP product + GELU included: the
+// same loss bit for bit. A selective one rebuilds the GELU output from the kept input with
+// gelu_forward alone, so its blocks run the two ops in forward too (models/gpt.cpp): its
+// loss differs from policy none's by how cuBLASLt's GELU epilogue rounds (of the fp32 sum,
+// not the stored input), within the tolerance against the CPU.
 TEST_P(GptCuda, RecomputeGivesTheSameLossAndGradients) {
   const DType dt = GetParam();
+  const double tol = dt == DType::f32 ? 1e-5 : 1e-2;
   const StepResult none = Step(Device::cuda, dt, RecomputePolicy::none);
-  for (RecomputePolicy p : {RecomputePolicy::full, RecomputePolicy::selective}) {
-    const StepResult again = Step(Device::cuda, dt, p);
-    EXPECT_EQ(again.loss, none.loss) << name(p);
-    // Gradients add with atomics on the GPU: equal up to summation order.
-    EXPECT_LE(RelErr(again.grads, none.grads), 1e-6) << name(p);
-  }
+  const StepResult full = Step(Device::cuda, dt, RecomputePolicy::full);
+  EXPECT_EQ(full.loss, none.loss);
+  // Gradients add with atomics on the GPU: equal up to summation order.
+  EXPECT_LE(RelErr(full.grads, none.grads), 1e-6);
+  const StepResult selective = Step(Device::cuda, dt, RecomputePolicy::selective);
+  EXPECT_NEAR(selective.loss, none.loss, tol * std::fabs(none.loss));
+  EXPECT_LE(RelErr(selective.grads, none.grads), tol);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GptCuda, ::testing::Values(DType::f32, DType::bf16, DType::f16),

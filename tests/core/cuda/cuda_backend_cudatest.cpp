@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -232,6 +233,45 @@ TEST_P(CudaBackendOps, LinearBiasEpilogueAndCachedPlans) {
   EXPECT_EQ(cuda::gemm_plans_built(*gpu_), built);
   cpu_->linear_forward(out.cpu(), x.cpu(), wc, wc + OC * C, nullptr, N, C, OC, *cpu_arena_);
   expect_match(out, "out with the bias epilogue");
+}
+
+// The MLP's product + GELU and the gradient through them: the fused calls (cuBLASLt's
+// GELU_AUX_BIAS and, fp32, DGELU epilogues, or their fallbacks) against the CPU's pair of
+// ops, forward (the GELU's input and output) and backward (dinp, dweight, dbias). FC 128
+// and 104 take the epilogues (their leading dimension is a multiple of 8), FC 90 the
+// fallback.
+TEST_P(CudaBackendOps, LinearGeluFusedMatchesTheTwoOps) {
+  for (const int FC : {128, 104, 90}) {
+    const int N = 67, C = 48;
+    auto p = params(size_t(FC) * C + FC + size_t(C) * FC + C, 40);
+    const float* wc = p->cpu_f();
+    const float* wg = p->gpu_f();
+    const size_t proj = size_t(FC) * C + FC;  // the projection's weight (C, FC), then its bias
+    Twin x(size_t(N) * C, dt_, 1.0f, 41), pre(size_t(N) * FC, dt_), out(size_t(N) * FC, dt_);
+    cpu_->linear_gelu_forward(out.cpu(), pre.cpu(), x.cpu(), wc, wc + FC * C, N, C, FC,
+                              *cpu_arena_);
+    const size_t unfound = cuda::gemm_plans_without_algorithm(*gpu_);
+    gpu_->linear_gelu_forward(out.gpu(), pre.gpu(), x.gpu(), wg, wg + FC * C, N, C, FC,
+                              *gpu_arena_);
+    // What this cuBLASLt did, for the device check's log (tools/gpu_check.sh).
+    std::printf("[gelu-epilogue] %s FC %d forward: %s\n", name(dt_), FC,
+                FC % 8 != 0 ? "two ops (leading dimension not 8k)"
+                : cuda::gemm_plans_without_algorithm(*gpu_) > unfound
+                    ? "two ops (no cuBLASLt algorithm)"
+                    : "fused (GELU_AUX_BIAS)");
+    expect_match(pre, "the GELU's input");
+    expect_match(out, "GELU(inp W^T + b)");
+
+    Twin dinp(size_t(N) * FC, DType::f32), dw(size_t(C) * FC + C, DType::f32),
+        dout(size_t(N) * C, DType::f32, 1.0f, 42);
+    dw.random(1.0f, 43);
+    cpu_->linear_backward_gelu(dinp.cpu_f(), dw.cpu_f(), dw.cpu_f() + C * FC, dout.cpu_f(),
+                               out.cpu(), wc + proj, pre.cpu(), N, FC, C, *cpu_arena_);
+    gpu_->linear_backward_gelu(dinp.gpu_f(), dw.gpu_f(), dw.gpu_f() + C * FC, dout.gpu_f(),
+                               out.gpu(), wg + proj, pre.gpu(), N, FC, C, *gpu_arena_);
+    expect_match(dinp, "dinp through GELU'");
+    expect_match(dw, "dweight | dbias");
+  }
 }
 
 TEST_P(CudaBackendOps, Logits) {

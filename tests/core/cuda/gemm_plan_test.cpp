@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "core/cpu/ops.h"
@@ -65,6 +66,58 @@ TEST(GemmPlan, LinearBackwardWritesDinpAndAddsDweight) {
   EXPECT_EQ(span_c(pw), size_t(OC) * C);
 }
 
+// The MLP's first product with the GELU_AUX_BIAS epilogue: AUX is the CPU's linear output
+// (the GELU's input, what backward reads) and C its GELU, as linear_forward then
+// gelu_forward give them. OC 16: the epilogue's leading dimension is a multiple of 8.
+TEST(GemmPlan, GeluAuxBiasEpilogueIsLinearThenGelu) {
+  constexpr int FC = 16;
+  const auto inp = normal_values(N * C, 11), w = normal_values(FC * C, 12),
+             bias = normal_values(FC, 13);
+  std::vector<float> out(N * FC, NAN), aux(N * FC, NAN);
+  gemm_reference(plan_linear_forward(N, C, FC), Epilogue::gelu_aux_bias, w.data(), inp.data(),
+                 out.data(), bias.data(), aux.data());
+  std::vector<double> pre(N * FC), want(N * FC);
+  const auto di = dbl(inp), dw = dbl(w), db = dbl(bias);
+  cpu::matmul_forward<double>(pre.data(), di.data(), dw.data(), db.data(), N, C, FC);
+  cpu::gelu_forward<double>(want.data(), pre.data(), pre.size());
+  expect_near_all(aux, pre);
+  expect_near_all(out, want);
+  // The bias epilogue alone is the linear layer with its bias.
+  gemm_reference(plan_linear_forward(N, C, FC), Epilogue::bias, w.data(), inp.data(), out.data(),
+                 bias.data(), nullptr);
+  expect_near_all(out, pre);
+}
+
+// The MLP's output projection backward with the DGELU epilogue: dinp is the CPU's
+// linear_backward dinp times GELU' of the first product's output (gelu_backward in place).
+TEST(GemmPlan, DgeluEpilogueIsDinpThenGeluBackward) {
+  constexpr int FC = 16;  // the projection's input width (the GELU's), a multiple of 8
+  const auto w = normal_values(OC * FC, 14), dout = normal_values(N * OC, 15),
+             gelu_in = normal_values(N * FC, 16);
+  std::vector<float> dinp(N * FC, NAN), aux = gelu_in;
+  gemm_reference(plan_linear_dinp(N, FC, OC), Epilogue::dgelu, w.data(), dout.data(), dinp.data(),
+                 nullptr, aux.data());
+  std::vector<double> want(N * FC), dw(OC * FC, 0.0);
+  const auto dd = dbl(dout), dwt = dbl(w), dg = dbl(gelu_in);
+  const std::vector<double> inp(N * FC, 0.0);
+  cpu::matmul_backward<double>(want.data(), dw.data(), nullptr, dd.data(), inp.data(), dwt.data(),
+                               N, FC, OC);
+  cpu::gelu_backward_inplace<double>(want.data(), dg.data(), want.size());
+  expect_near_all(dinp, want);
+  EXPECT_EQ(aux, gelu_in);  // read, not written
+}
+
+TEST(GemmPlan, AnEpilogueWritesOneProductWithBetaZero) {
+  const auto w = normal_values(OC * C, 17), inp = normal_values(N * C, 18),
+             bias = normal_values(OC, 19);
+  std::vector<float> out(N * OC), aux(N * OC);
+  GemmPlan p = plan_linear_forward(N, C, OC);
+  p.beta = 1.0f;
+  EXPECT_THROW(gemm_reference(p, Epilogue::gelu_aux_bias, w.data(), inp.data(), out.data(),
+                              bias.data(), aux.data()),
+               std::logic_error);
+}
+
 TEST(GemmPlan, OperandAlignmentIsTheLargestCommonPowerOfTwo) {
   alignas(256) static char buf[1024];
   EXPECT_EQ(operand_alignment(buf, 1, 0), 64u);  // capped: the arena's alignment
@@ -112,6 +165,8 @@ TEST(GemmKey, BetaIsNotPartOfTheKeyEveryOtherFieldIs) {
   variants.push_back(key(base, 0, 14));
   variants.push_back(key(base, 0, 0, true));
   variants.push_back(key(base, 0, 0, false, Epilogue::bias));
+  variants.push_back(key(base, 0, 0, false, Epilogue::gelu_aux_bias));
+  variants.push_back(key(base, 0, 0, false, Epilogue::dgelu));
   variants.push_back(key(base, 0, 0, false, Epilogue::none, 4));  // A 4-byte aligned
   for (size_t i = 0; i < variants.size(); ++i)
     for (size_t j = i + 1; j < variants.size(); ++j) {
