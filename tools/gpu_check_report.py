@@ -373,12 +373,12 @@ def speed(run, log, memfile="", membase="0"):
         memtxt += f", device peak {size(metrics['device_mem_peak_mib'])}"
     if sm:
         memtxt += f", smi peak {size(sm['smi_peak_mib'])}"
-    if arena:
-        memtxt += (f", arena peak {size(metrics['arena_peak_mib'])} "
-                   f"(spec {size(metrics['arena_spec_mib'])})")
     detail = (f"{s.get('tokens_per_s', 0):.0f} tok/s, MFU {100 * mfu:.1f}% of {peak:.1f} "
               f"TFLOP/s, p50 {s.get('step_ms_p50', 0):.1f} ms [{phases}]; mem {memtxt}; "
               f"loss {s.get('final_loss', float('nan')):.3f}")
+    if arena:  # last: the table's width may cut it, results.json keeps it
+        detail += (f"; arena peak {size(metrics['arena_peak_mib'])}, spec "
+                   f"{size(metrics['arena_spec_mib'])}")
     return out("ok", detail, metrics)
 
 
