@@ -214,18 +214,27 @@ def summary(run):
         return json.load(f)
 
 
+def first_ten_losses(run_a, run_b, name_a, name_b):
+    """The first 10 losses of two runs, and None; or None, None and the FAIL row where a run
+    has no steps.jsonl or fewer than 10 records."""
+    try:
+        a = [r["loss"] for r in records(run_a)][:10]
+        b = [r["loss"] for r in records(run_b)][:10]
+    except OSError as e:
+        return None, None, out("FAIL", f"no steps.jsonl: {e}")
+    if len(a) < 10 or len(b) < 10:
+        return None, None, out("FAIL", f"{len(a)} {name_a} and {len(b)} {name_b} losses, "
+                               "expected 10 each", {f"{name_a}_losses": a, f"{name_b}_losses": b})
+    return a, b, None
+
+
 def losses(cpu_run, cuda_run, tol):
     """Absolute tolerance on each of the first 10 losses (nats/token), as TrainerCuda's
     EXPECT_NEAR; the relative difference is reported next to it."""
     tol = float(tol)
-    try:
-        a = [r["loss"] for r in records(cpu_run)][:10]
-        b = [r["loss"] for r in records(cuda_run)][:10]
-    except OSError as e:
-        return out("FAIL", f"no steps.jsonl: {e}")
-    if len(a) < 10 or len(b) < 10:
-        return out("FAIL", f"{len(a)} cpu and {len(b)} cuda losses, expected 10 each",
-                   {"cpu_losses": a, "cuda_losses": b})
+    a, b, failed = first_ten_losses(cpu_run, cuda_run, "cpu", "cuda")
+    if failed:
+        return failed
     d = [abs(x - y) for x, y in zip(a, b)]
     rel = [abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a, b)]
     worst = max(range(10), key=lambda i: d[i])
@@ -244,15 +253,10 @@ def nccl_train(plain_run, nccl_run, tol):
     of the NCCL run, comm >= comm_exposed (the profiler's rule; over one rank a bucket's
     comm can round to 0 in the record)."""
     tol = float(tol)
-    try:
-        a = [r["loss"] for r in records(plain_run)][:10]
-        nrec = records(nccl_run)
-        b = [r["loss"] for r in nrec][:10]
-    except OSError as e:
-        return out("FAIL", f"no steps.jsonl: {e}")
-    if len(a) < 10 or len(b) < 10:
-        return out("FAIL", f"{len(a)} plain and {len(b)} nccl losses, expected 10 each",
-                   {"plain_losses": a, "nccl_losses": b})
+    a, b, failed = first_ten_losses(plain_run, nccl_run, "plain", "nccl")
+    if failed:
+        return failed
+    nrec = records(nccl_run)
     d = [abs(x - y) for x, y in zip(a, b)]
     same = sum(1 for x, y in zip(a, b) if x == y)
     bad_rule = [i + 1 for i, r in enumerate(nrec)

@@ -17,6 +17,7 @@
 
 #include "core/backend.h"
 #include "core/registry.h"
+#include "core/host_backed_runtime.h"
 #include "core/runtime.h"
 
 namespace ringstep {
@@ -89,9 +90,18 @@ class CudaStateBackend final : public Backend {
   std::unique_ptr<Backend> cpu_;
 };
 
-class DeviceShapedRuntime final : public Runtime {
+class DeviceShapedRuntime final : public testing::HostBackedRuntime {
  public:
-  explicit DeviceShapedRuntime(bool cuda_state = false) : cuda_state_(cuda_state) {}
+  explicit DeviceShapedRuntime(bool cuda_state = false)
+      : HostBackedRuntime("device-shaped test memory"), cuda_state_(cuda_state) {}
+
+  std::unique_ptr<Backend> make_backend(DType dt, bool tf32) override {
+    auto be = HostBackedRuntime::make_backend(dt, tf32);
+    if (!cuda_state_) return be;
+    return std::make_unique<CudaStateBackend>(std::move(be));
+  }
+  void pin_host(void*, size_t) override { ++pins; }
+  void unpin_host(void*) noexcept override { ++unpins; }
 
   // What upload() was asked, in order.
   struct Upload {
@@ -101,32 +111,6 @@ class DeviceShapedRuntime final : public Runtime {
   std::vector<Upload> uploads;
   int pins = 0, unpins = 0;
   int reused_before_wait = 0;  // uploads from a host buffer whose last upload was not waited
-
-  Device device() const override { return Device::cpu; }
-  std::string device_name() const override { return "device-shaped test memory"; }
-  bool host_memory() const override { return false; }
-  void* alloc(size_t bytes) override { return cpu().alloc(bytes); }
-  void free(void* p) noexcept override { cpu().free(p); }
-  void zero(void* p, size_t bytes) override { cpu().zero(p, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) override { cpu().copy(dst, src, bytes); }
-  DeviceMemory memory() const override { return cpu().memory(); }
-  std::unique_ptr<Backend> make_backend(DType dt, bool tf32) override {
-    auto be = cpu().make_backend(dt, tf32);
-    if (!cuda_state_) return be;
-    return std::make_unique<CudaStateBackend>(std::move(be));
-  }
-  std::unique_ptr<DeviceClock> make_clock(size_t) override { return nullptr; }
-  Peak peak(DType, bool, int) override { return {}; }
-  double sum_squares(const float* x, size_t n) override { return cpu().sum_squares(x, n); }
-  bool unscale_and_check(float* x, size_t n, float inv) override {
-    return cpu().unscale_and_check(x, n, inv);
-  }
-  void adamw_update(const std::vector<TensorInfo>& t, const AdamWStep& s, float decay, float* p,
-                    const float* g, float* m, float* v) override {
-    cpu().adamw_update(t, s, decay, p, g, m, v);
-  }
-  void pin_host(void*, size_t) override { ++pins; }
-  void unpin_host(void*) noexcept override { ++unpins; }
 
   // Copied at once (the ops queued after it read DST), but only "done" once waited for.
   std::shared_ptr<CopyInFlight> upload(void* dst, const void* host, size_t bytes) override {
@@ -144,7 +128,6 @@ class DeviceShapedRuntime final : public Runtime {
     bool waited = false;
     void wait() override { waited = true; }
   };
-  static Runtime& cpu() { return runtime(Device::cpu); }
   bool cuda_state_;
   std::mutex mu_;
   std::shared_ptr<Pending> last_;

@@ -104,22 +104,29 @@ class GptSpecRun : public ::testing::TestWithParam<Case> {
  protected:
   static constexpr int B = 2, T = 40;
   GptOptions Options() const { return {std::get<0>(GetParam()), std::get<1>(GetParam()), 2}; }
+
+  // The spec's activations on DEVICE against a counting pass of M: the saved bytes exactly;
+  // the peak exactly in fp32 (no backend scratch), at most it in 16 bits (the row blocks'
+  // scratch is the backend's).
+  void ExpectSpecCountsTheArena(Gpt& m, Device device) const {
+    const ActivationBytes act = m.spec().activations(Options(), device, B, T);
+    Arena counter = Arena::make_counting();
+    m.forward(nullptr, nullptr, B, T, counter);
+    EXPECT_EQ(act.saved, double(counter.used_bytes()));
+    m.backward(1.0f, counter);
+    const double peak = double(m.count_arena_bytes(B, T));
+    if (Options().act_dtype == DType::f32)
+      EXPECT_EQ(act.peak, peak);
+    else
+      EXPECT_LE(act.peak, peak);
+  }
 };
 
 // Saved bytes: the arena in use between forward and backward. Peak: the counting arena's,
 // exact in fp32 (no backend scratch); the 16-bit path adds its row blocks' scratch.
 TEST_P(GptSpecRun, ActivationsAreWhatTheArenaHolds) {
   Gpt m(Model(), Options());
-  const ActivationBytes act = m.spec().activations(Options(), Device::cpu, B, T);
-  Arena counter = Arena::make_counting();
-  m.forward(nullptr, nullptr, B, T, counter);
-  EXPECT_EQ(act.saved, double(counter.used_bytes()));
-  m.backward(1.0f, counter);
-  const double peak = double(m.count_arena_bytes(B, T));
-  if (Options().act_dtype == DType::f32)
-    EXPECT_EQ(act.peak, peak);
-  else
-    EXPECT_LE(act.peak, peak);
+  ExpectSpecCountsTheArena(m, Device::cpu);
 }
 
 // On cuda the arena holds the uploaded inputs and targets and attention's row statistics
@@ -130,17 +137,9 @@ TEST_P(GptSpecRun, ActivationsAreWhatTheArenaHolds) {
 TEST_P(GptSpecRun, ActivationsOnCudaAreWhatTheArenaHoldsWithCudaStateSizes) {
   DeviceShapedRuntime rt(/*cuda_state=*/true);
   Gpt m(Model(), Options(), rt);
-  const ActivationBytes act = m.spec().activations(Options(), Device::cuda, B, T);
-  EXPECT_LT(act.peak, m.spec().activations(Options(), Device::cpu, B, T).peak);
-  Arena counter = Arena::make_counting();
-  m.forward(nullptr, nullptr, B, T, counter);
-  EXPECT_EQ(act.saved, double(counter.used_bytes()));
-  m.backward(1.0f, counter);
-  const double peak = double(m.count_arena_bytes(B, T));
-  if (Options().act_dtype == DType::f32)
-    EXPECT_EQ(act.peak, peak);
-  else
-    EXPECT_LE(act.peak, peak);
+  EXPECT_LT(m.spec().activations(Options(), Device::cuda, B, T).peak,
+            m.spec().activations(Options(), Device::cpu, B, T).peak);
+  ExpectSpecCountsTheArena(m, Device::cuda);
   EXPECT_TRUE(rt.uploads.empty());  // counting uploads nothing
 }
 

@@ -15,6 +15,7 @@
 
 #include "comm/sign_allreduce.h"
 #include "comm/sign_allreduce_reference.h"  // sign_input
+#include "core/host_backed_runtime.h"
 #include "core/runtime.h"
 #include "models/gpt.h"
 #include "mpi/mpitest_main.h"
@@ -227,31 +228,12 @@ TEST(GradSyncMpi, SignAverageIsSignAllreducePerBucket) {
 // asynchronous copies happen only when waited for: a bucket reduced before its copy out was
 // waited for would be reduced from stale staging memory, one copied back before its copy in
 // was waited for would be lost. Counts the copies and pins.
-class StagedRuntime final : public Runtime {
+class StagedRuntime final : public testing::HostBackedRuntime {
  public:
-  Device device() const override { return Device::cpu; }
-  std::string device_name() const override { return "staged test memory"; }
-  bool host_memory() const override { return false; }
-  void* alloc(size_t bytes) override { return cpu().alloc(bytes); }
-  void free(void* p) noexcept override { cpu().free(p); }
-  void zero(void* p, size_t bytes) override { cpu().zero(p, bytes); }
+  StagedRuntime() : HostBackedRuntime("staged test memory") {}
   void copy(void* dst, const void* src, size_t bytes) override {
     ++whole_copies;
-    cpu().copy(dst, src, bytes);
-  }
-  DeviceMemory memory() const override { return cpu().memory(); }
-  std::unique_ptr<Backend> make_backend(DType dt, bool tf32) override {
-    return cpu().make_backend(dt, tf32);
-  }
-  std::unique_ptr<DeviceClock> make_clock(size_t) override { return nullptr; }
-  Peak peak(DType, bool, int) override { return {}; }
-  double sum_squares(const float* x, size_t n) override { return cpu().sum_squares(x, n); }
-  bool unscale_and_check(float* x, size_t n, float inv) override {
-    return cpu().unscale_and_check(x, n, inv);
-  }
-  void adamw_update(const std::vector<TensorInfo>& t, const AdamWStep& s, float decay, float* p,
-                    const float* g, float* m, float* v) override {
-    cpu().adamw_update(t, s, decay, p, g, m, v);
+    HostBackedRuntime::copy(dst, src, bytes);
   }
 
   std::shared_ptr<CopyInFlight> copy_to_host_async(void* host, const void* src,
@@ -270,7 +252,6 @@ class StagedRuntime final : public Runtime {
   int pins = 0, whole_copies = 0;
 
  private:
-  static Runtime& cpu() { return runtime(Device::cpu); }
   struct Deferred final : CopyInFlight {
     void* dst;
     const void* src;
