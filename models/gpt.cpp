@@ -28,8 +28,7 @@ struct Gpt::TokenStage {
     upload.reset();
   }
   void release() noexcept {
-    if (upload) upload->wait();
-    upload.reset();
+    wait();
     if (!host.empty()) rt.unpin_host(host.data());
   }
   // Room for N ints, pinned; waits for the last upload first.
@@ -95,7 +94,8 @@ void Gpt::init_host(FlatBuffer& params, uint64_t seed) const {
 
 std::array<Gpt::ActSlot, kBlockTensors> Gpt::slots(LayerActs& a) const {
   auto t = spec_.block_tensors(opt_, backend_->device(), B_, T_);
-  t[2].bytes = double(backend_->attention_state_bytes(B_, T_, config().n_heads));
+  t[kAttentionStateTensor].bytes =
+      double(backend_->attention_state_bytes(B_, T_, config().n_heads));
   const std::array<void**, kBlockTensors> ptrs = {&a.ln1, &a.qkv, &a.att_state, &a.atty, &a.res2,
                                                   &a.ln2, &a.fch, &a.fch_gelu,  &a.res3};
   std::array<ActSlot, kBlockTensors> out;

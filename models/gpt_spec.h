@@ -47,6 +47,7 @@ struct BlockTensor {
 // ln1(x), qkv (3C), attention's state (the backend's format), attention output, res2 = x +
 // proj, ln2(res2), fc (4C), gelu(fc) (4C), res3 = the block output.
 inline constexpr size_t kBlockTensors = 9;
+inline constexpr size_t kAttentionStateTensor = 2;  // its index in that order
 
 // The activation arena of one B x T micro-batch (Gpt::forward + backward), in bytes, each
 // allocation rounded to the arena's 64 bytes: on a device whose memory is not the host's

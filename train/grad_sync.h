@@ -2,7 +2,8 @@
 // buckets of about comm.bucket_mb, made of the model's units (GptSpec::bucket_units: half
 // blocks, in the order backward finishes them); on the last micro-batch each bucket's
 // AllReduce is enqueued on the comm engine as soon as backward has finished its units, so
-// it runs while earlier layers are still computing. finish() waits for all of them; gradients come back averaged over ranks.
+// it runs while earlier layers are still computing. finish() waits for all of them;
+// gradients come back averaged over ranks.
 // Also the small per-step agreements the trainer needs: mean loss, every rank's phase
 // times for the `ranks` block, the loss scaler's skip flag and the replica checksum; and
 // the Reducer an optimizer is handed (optim/reducer.h), whose sign_average runs 1-bit Adam's

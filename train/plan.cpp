@@ -7,6 +7,7 @@
 
 #include "comm/sign_allreduce.h"
 #include "core/error.h"
+#include "core/stats.h"
 #include "models/gpt_spec.h"
 #include "optim/zero_one_adam.h"
 #include "train/grad_sync.h"
@@ -587,9 +588,7 @@ PlanDevice median_fit(const std::vector<PlanDevice>& fits) {
   auto median = [&](auto field) {
     std::vector<double> v;
     for (const PlanDevice& f : fits) v.push_back(field(f));
-    std::sort(v.begin(), v.end());
-    const size_t k = v.size() / 2;
-    return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
+    return percentile(std::move(v), 0.5);
   };
   PlanDevice d = fits.at(0);
   for (size_t c = 0; c < kOpClassCount; ++c)
