@@ -3,7 +3,8 @@
 // device code.
 #pragma once
 
-#include <cmath>
+#include <math.h>
+
 #include <cstdint>
 
 #include "core/host_device.h"
@@ -17,10 +18,10 @@ struct AdamWStep {
 };
 
 // The scalars of step T (1-based).
-inline AdamWStep adamw_scalars(double beta1, double beta2, double eps, double lr, int64_t t,
-                               double grad_scale) {
-  const double c1 = 1.0 - std::pow(beta1, double(t)), c2 = 1.0 - std::pow(beta2, double(t));
-  return {float(beta1), float(beta2), float(eps), float(lr / c1), float(1.0 / std::sqrt(c2)),
+RINGSTEP_HD AdamWStep adamw_scalars(double beta1, double beta2, double eps, double lr, int64_t t,
+                                    double grad_scale) {
+  const double c1 = 1.0 - pow(beta1, double(t)), c2 = 1.0 - pow(beta2, double(t));
+  return {float(beta1), float(beta2), float(eps), float(lr / c1), float(1.0 / sqrt(c2)),
           float(grad_scale)};
 }
 

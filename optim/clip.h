@@ -4,6 +4,8 @@
 
 #include <cstddef>
 
+#include "core/step_math.h"  // clip_coefficient
+
 namespace ringstep {
 
 class FlatBuffer;
@@ -12,8 +14,5 @@ class FlatBuffer;
 double sum_squares(const float* grads, size_t n);
 // The same over GRADS, on its runtime (core/runtime.h).
 double sum_squares(const FlatBuffer& grads);
-// The factor to multiply gradients by so their norm is at most max_norm (1 when
-// max_norm <= 0 or norm <= max_norm). Matches torch.nn.utils.clip_grad_norm_ (eps 1e-6).
-double clip_coefficient(double norm, double max_norm);
 
 }  // namespace ringstep

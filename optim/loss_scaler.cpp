@@ -22,6 +22,14 @@ std::string num(double v) {
 
 LossScaler::LossScaler(const PrecisionConfig& cfg)
     : cfg_(cfg.loss_scale), dtype_(cfg.dtype), mode_(resolved_loss_scale_mode(cfg)) {
+  const LossScaleConfig& c = cfg_;
+  rule_ = {.dynamic = mode_ == LossScaleMode::dynamic,
+           .growth_factor = c.growth_factor,
+           .backoff_factor = c.backoff_factor,
+           .min_scale = c.min_scale,
+           .growth_interval = c.growth_interval,
+           .hysteresis = c.hysteresis,
+           .max_consecutive_skips = c.max_consecutive_skips};
   state_.scale = mode_ == LossScaleMode::none ? 1.0 : cfg_.initial;
   state_.hysteresis_tracker = cfg_.hysteresis;
 }
@@ -35,33 +43,9 @@ bool LossScaler::unscale_and_check(FlatBuffer& grads) const {
                                            static_cast<float>(1.0 / state_.scale));
 }
 
-bool LossScaler::update(bool found_inf) {
-  LossScalerState& s = state_;
-  if (found_inf) {
-    ++s.consecutive_skips;
-    ++s.skipped_total;
-    if (mode_ == LossScaleMode::dynamic) {
-      // Megatron-LM: hysteresis is re-armed only at growth, so once it has run out every
-      // further overflow backs off. Clamped at 0, which `<= 0` in Megatron treats alike.
-      s.growth_tracker = 0;
-      s.hysteresis_tracker = std::max(s.hysteresis_tracker - 1, 0);
-      if (s.hysteresis_tracker == 0)
-        s.scale = std::max(s.scale * cfg_.backoff_factor, cfg_.min_scale);
-    }
-    return false;
-  }
-  s.consecutive_skips = 0;
-  if (mode_ == LossScaleMode::dynamic && ++s.growth_tracker >= cfg_.growth_interval) {
-    s.growth_tracker = 0;
-    s.hysteresis_tracker = cfg_.hysteresis;
-    s.scale = std::min(s.scale * cfg_.growth_factor, kMaxLossScale);
-  }
-  return true;
-}
+bool LossScaler::update(bool found_inf) { return advance_loss_scale(state_, rule_, found_inf); }
 
-bool LossScaler::should_stop() const {
-  return state_.consecutive_skips >= cfg_.max_consecutive_skips;
-}
+bool LossScaler::should_stop() const { return loss_scale_gives_up(state_, rule_); }
 
 std::string LossScaler::stop_message() const {
   const LossScalerState& s = state_;

@@ -20,21 +20,11 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/step_math.h"  // LossScalerState, LossScaleRule, advance_loss_scale
 
 namespace ringstep {
 
 class FlatBuffer;
-
-// What a checkpoint saves to resume the schedule exactly.
-struct LossScalerState {
-  double scale = 1.0;
-  int growth_tracker = 0;      // clean steps in a row since the last growth or overflow
-  int hysteresis_tracker = 1;  // overflows left before a backoff; reset only at growth
-  int consecutive_skips = 0;
-  int64_t skipped_total = 0;
-
-  bool operator==(const LossScalerState&) const = default;
-};
 
 class LossScaler {
  public:
@@ -64,9 +54,12 @@ class LossScaler {
 
   const LossScalerState& state() const { return state_; }
   void restore(const LossScalerState& s) { state_ = s; }
+  // The schedule update() follows, for a runtime that decides steps itself.
+  const LossScaleRule& rule() const { return rule_; }
 
  private:
   LossScaleConfig cfg_;
+  LossScaleRule rule_;
   DType dtype_;
   LossScaleMode mode_;
   LossScalerState state_;
