@@ -122,14 +122,16 @@ class Backend {
   // True where the two calls above are not the default's pair of ops.
   virtual bool fuses_gelu() const { return false; }
 
-  // probs (N, V) = softmax(logits); losses (N) = -log probs[n, targets[n]]. Returns the
-  // mean of the losses (summed in double, in row order) as a host value; 0 when counting.
-  // TARGETS (N) are in the backend's memory, as encoder_forward's tokens.
-  virtual float crossentropy_forward(float* losses, float* probs, const float* logits,
-                                     const int32_t* targets, int N, int V, Arena& arena) = 0;
-  // dlogits (N, V) = (probs - onehot(targets)) * dloss (written).
+  // probs (N, V) = softmax(logits); losses (N) = -log probs[n, targets[n]]; then
+  // *LOSS_SUM += the mean of the losses (summed in double, in row order, rounded to float).
+  // TARGETS (N) and LOSS_SUM are in the backend's memory: nothing waits for the value.
+  virtual void crossentropy_forward(float* losses, float* probs, const float* logits,
+                                    const int32_t* targets, int N, int V, double* loss_sum,
+                                    Arena& arena) = 0;
+  // dlogits (N, V) = (probs - onehot(targets)) * (*dloss / N), the gradient of the mean loss
+  // times the seed *DLOSS (the backend's memory, so that a device can decide it), written.
   virtual void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
-                                     float dloss, int N, int V, Arena& arena) = 0;
+                                     const float* dloss, int N, int V, Arena& arena) = 0;
 };
 
 // The (rows, cols) view the GELU ops take of an elementwise (N, W) tensor: rows as wide as

@@ -159,15 +159,16 @@ void TimedBackend::linear_backward_gelu(float* dinp, float* dweight, float* dbia
   });
 }
 
-float TimedBackend::crossentropy_forward(float* losses, float* probs, const float* logits,
-                                         const int32_t* targets, int N, int V, Arena& arena) {
-  return time(Op::softmax_xent, arena, op_cost::crossentropy_forward(N, V), [&] {
-    return inner_->crossentropy_forward(losses, probs, logits, targets, N, V, arena);
+void TimedBackend::crossentropy_forward(float* losses, float* probs, const float* logits,
+                                        const int32_t* targets, int N, int V, double* loss_sum,
+                                        Arena& arena) {
+  time(Op::softmax_xent, arena, op_cost::crossentropy_forward(N, V), [&] {
+    inner_->crossentropy_forward(losses, probs, logits, targets, N, V, loss_sum, arena);
   });
 }
 
 void TimedBackend::crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
-                                         float dloss, int N, int V, Arena& arena) {
+                                         const float* dloss, int N, int V, Arena& arena) {
   time(Op::softmax_xent, arena, op_cost::crossentropy_backward(N, V),
        [&] { inner_->crossentropy_backward(dlogits, probs, targets, dloss, N, V, arena); });
 }

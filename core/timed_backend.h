@@ -61,10 +61,11 @@ class TimedBackend final : public Backend {
                             const void* inp, const float* weight, const void* gelu_inp, int N,
                             int C, int OC, Arena& arena) override;
   bool fuses_gelu() const override { return inner_->fuses_gelu(); }
-  float crossentropy_forward(float* losses, float* probs, const float* logits,
-                             const int32_t* targets, int N, int V, Arena& arena) override;
+  void crossentropy_forward(float* losses, float* probs, const float* logits,
+                            const int32_t* targets, int N, int V, double* loss_sum,
+                            Arena& arena) override;
   void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
-                             float dloss, int N, int V, Arena& arena) override;
+                             const float* dloss, int N, int V, Arena& arena) override;
 
  private:
   // Runs F as one call of OP costing COST when the clock is on and ARENA is real.

@@ -51,6 +51,7 @@ Gpt::Gpt(const ModelConfig& cfg, const GptOptions& opt, Runtime& rt)
   if (opt_.recompute_k < 1) throw InputError("recompute.k must be >= 1");
   params_ = FlatBuffer(registry().total_numel(), rt);
   grads_ = FlatBuffer(registry().total_numel(), rt);
+  scalars_ = FlatBuffer(4, rt);
   if (!rt.host_memory()) stage_ = std::make_unique<TokenStage>(rt);
   // Each matrix product is timed under the name of its weight.
   backend_ = std::make_unique<TimedBackend>(std::move(backend_), op_clock_, spec_.weight_ops());
@@ -196,11 +197,21 @@ void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& 
 // --- the model ---------------------------------------------------------------------------
 
 float Gpt::forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena) {
-  return run_forward(inputs, targets, B, T, arena, true);
+  Runtime& rt = scalars_.runtime();
+  rt.zero(loss_slot(), sizeof(double));
+  run_forward(inputs, targets, B, T, arena, true, loss_slot());
+  double loss = 0;
+  if (!arena.counting()) rt.copy(&loss, loss_slot(), sizeof loss);
+  return float(loss);
 }
 
-float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
-                       bool for_backward) {
+void Gpt::forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
+                  double* loss_sum) {
+  run_forward(inputs, targets, B, T, arena, true, loss_sum);
+}
+
+void Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
+                      bool for_backward, double* loss_sum) {
   arena_ = &arena;
   B_ = B;
   T_ = T;
@@ -248,7 +259,7 @@ float Gpt::run_forward(const int32_t* inputs, const int32_t* targets, int B, int
     }
     x = a.res3;
   }
-  return head_forward(x);
+  head_forward(x, loss_sum);
 }
 
 void Gpt::upload_tokens(int32_t* dev, const int32_t* inputs, const int32_t* targets, size_t N) {
@@ -258,7 +269,7 @@ void Gpt::upload_tokens(int32_t* dev, const int32_t* inputs, const int32_t* targ
   stage_->upload = stage_->rt.upload(dev, host, 2 * N * sizeof(int32_t));
 }
 
-float Gpt::head_forward(const void* x) {
+void Gpt::head_forward(const void* x, double* loss_sum) {
   Arena& arena = *arena_;
   const int N = B_ * T_, C = config().d_model, V = int(spec_.vocab_rows());
   head_mark_ = arena.mark();
@@ -273,23 +284,27 @@ float Gpt::head_forward(const void* x) {
   ArenaScope scope(arena);
   float* logits = arena.alloc_floats(size_t(N) * V);
   backend_->logits_forward(logits, lnf_, p(spec_.wte()), N, C, V, config().vocab_size, arena);
-  return backend_->crossentropy_forward(losses_, probs_, logits, targets_, N, V, arena);
+  backend_->crossentropy_forward(losses_, probs_, logits, targets_, N, V, loss_sum, arena);
 }
 
 float Gpt::evaluate(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena) {
   const size_t mark = arena.mark();
-  float loss = run_forward(inputs, targets, B, T, arena, false);
+  Runtime& rt = scalars_.runtime();
+  rt.zero(loss_slot(), sizeof(double));
+  run_forward(inputs, targets, B, T, arena, false, loss_slot());
   arena.release_to(mark);
-  return loss;
+  double loss = 0;
+  if (!arena.counting()) rt.copy(&loss, loss_slot(), sizeof loss);
+  return float(loss);
 }
 
-void Gpt::head_backward(float dloss_scale) {
+void Gpt::head_backward(const float* dloss_scale) {
   Arena& arena = *arena_;
   Backend& be = *backend_;
   const int N = B_ * T_, C = config().d_model, V = int(spec_.vocab_rows());
   float* dlogits = arena.alloc_floats(size_t(N) * V);
   // Mean over N tokens, times the caller's scale (1/grad_accum_steps, loss scale).
-  be.crossentropy_backward(dlogits, probs_, targets_, dloss_scale / N, N, V, arena);
+  be.crossentropy_backward(dlogits, probs_, targets_, dloss_scale, N, V, arena);
   be.linear_backward(d_.dln, g(spec_.wte()), nullptr, dlogits, lnf_, p(spec_.wte()), N, C, V,
                      arena);
   const void* x_last = config().n_layers > 0 ? acts_.back().res3 : encoded_;
@@ -299,6 +314,12 @@ void Gpt::head_backward(float dloss_scale) {
 }
 
 void Gpt::backward(float dloss_scale, Arena& arena, const std::function<void(int)>& unit_done) {
+  scalars_.runtime().copy(seed_slot(), &dloss_scale, sizeof dloss_scale);
+  backward(seed_slot(), arena, unit_done);
+}
+
+void Gpt::backward(const float* dloss_scale, Arena& arena,
+                   const std::function<void(int)>& unit_done) {
   if (d_.dres == nullptr) throw std::logic_error("Gpt::backward without a training forward");
   arena_ = &arena;
   recompute_ms_ = 0;

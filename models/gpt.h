@@ -74,6 +74,10 @@ class Gpt {
   // where the backend's ops read them; the call returns before that copy is done (the next
   // forward waits for it before refilling the buffer).
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena);
+  // The same, but the mean loss (as a float) is added into *LOSS_SUM, in the parameters'
+  // runtime's memory, and nothing waits for it (a device's step reads it later).
+  void forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
+               double* loss_sum);
   // Loss only (evaluation); activations are released before returning.
   float evaluate(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena);
 
@@ -81,6 +85,9 @@ class Gpt {
   // gradients of unit u of spec().bucket_units() are final, for u = 0, 1, ... in order: each
   // block's MLP half, then its attention half, from the last block down, then the embeddings.
   void backward(float dloss_scale, Arena& arena,
+                const std::function<void(int unit)>& unit_done = nullptr);
+  // The same with the seed *DLOSS_SCALE in the parameters' runtime's memory (decided there).
+  void backward(const float* dloss_scale, Arena& arena,
                 const std::function<void(int unit)>& unit_done = nullptr);
 
   // Bytes of arena the forward + backward (or evaluate) of one B x T micro-batch needs,
@@ -153,20 +160,26 @@ class Gpt {
     float* dln;   // (B, T, C)   a LayerNorm output's gradient
     float* big;   // (B, T, 4C)  dGELU, then (in place) dfc, then dqkv | datty
   };
-  float run_forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
-                    bool for_backward);
+  void run_forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
+                   bool for_backward, double* loss_sum);
   void block_forward(int l, const void* x, LayerActs& a);
   void recompute_block(int l, const void* x, LayerActs& a, Keep k);
   // Calls UNIT_DONE between its MLP half and its attention half, and after the latter.
   void block_backward(int l, const void* x, const LayerActs& a, const DBufs& d,
                       const std::function<void(int unit)>& unit_done);
-  // The final LayerNorm, logits and loss on the last block's output X; returns the mean loss.
-  float head_forward(const void* x);
-  void head_backward(float dloss_scale);
+  // The final LayerNorm, logits and loss on the last block's output X; adds the mean loss
+  // into *LOSS_SUM (runtime memory).
+  void head_forward(const void* x, double* loss_sum);
+  void head_backward(const float* dloss_scale);
+  // The loss and seed of the host-valued forward() and backward(), in the runtime's memory:
+  // scalars_ holds a double (the loss's sum) then a float (the seed).
+  double* loss_slot() { return reinterpret_cast<double*>(scalars_.data()); }
+  float* seed_slot() { return scalars_.data() + 2; }
 
   GptSpec spec_;
   GptOptions opt_;
   FlatBuffer params_, grads_;
+  FlatBuffer scalars_;  // loss_slot() and seed_slot()
   OpClock op_clock_;
   std::unique_ptr<Backend> backend_;  // a TimedBackend on op_clock_
   bool weights_stale_ = true;         // params_ changed since the last Backend::set_weights

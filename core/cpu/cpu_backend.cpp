@@ -332,18 +332,20 @@ void CpuBackend::gelu_backward(float* d, const void* inp, int N, int C, Arena& a
   });
 }
 
-float CpuBackend::crossentropy_forward(float* losses, float* probs, const float* logits,
-                                       const int32_t* targets, int N, int V, Arena& arena) {
-  if (arena.counting()) return 0.0f;
+void CpuBackend::crossentropy_forward(float* losses, float* probs, const float* logits,
+                                      const int32_t* targets, int N, int V, double* loss_sum,
+                                      Arena& arena) {
+  if (arena.counting()) return;
   cpu::softmax_crossentropy_forward(losses, probs, logits, targets, N, V);
   double sum = 0.0;
   for (int n = 0; n < N; ++n) sum += losses[n];
-  return static_cast<float>(sum / N);
+  *loss_sum += static_cast<float>(sum / N);
 }
 
 void CpuBackend::crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
-                                       float dloss, int N, int V, Arena& arena) {
-  if (!arena.counting()) cpu::softmax_crossentropy_backward(dlogits, probs, targets, dloss, N, V);
+                                       const float* dloss, int N, int V, Arena& arena) {
+  if (!arena.counting())
+    cpu::softmax_crossentropy_backward(dlogits, probs, targets, *dloss / N, N, V);
 }
 
 }  // namespace ringstep::cpu

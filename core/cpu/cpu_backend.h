@@ -62,10 +62,11 @@ class CpuBackend final : public Backend {
                           const void* state, int B, int T, int C, int NH, Arena& arena) override;
   void gelu_forward(void* out, const void* inp, int N, int C, Arena& arena) override;
   void gelu_backward(float* d, const void* inp, int N, int C, Arena& arena) override;
-  float crossentropy_forward(float* losses, float* probs, const float* logits,
-                             const int32_t* targets, int N, int V, Arena& arena) override;
+  void crossentropy_forward(float* losses, float* probs, const float* logits,
+                            const int32_t* targets, int N, int V, double* loss_sum,
+                            Arena& arena) override;
   void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
-                             float dloss, int N, int V, Arena& arena) override;
+                             const float* dloss, int N, int V, Arena& arena) override;
 
  private:
   bool half() const { return dt_ != DType::f32; }

@@ -225,24 +225,20 @@ class CudaBackend final : public Backend {
     });
   }
 
-  float crossentropy_forward(float* losses, float* probs, const float* logits,
-                             const int32_t* targets, int N, int V, Arena& arena) override {
-    ArenaScope scope(arena);
-    auto* sum = static_cast<double*>(arena.alloc_bytes(sizeof(double)));
-    if (arena.counting()) return 0.0f;
+  void crossentropy_forward(float* losses, float* probs, const float* logits,
+                            const int32_t* targets, int N, int V, double* loss_sum,
+                            Arena& arena) override {
+    if (arena.counting()) return;
     RS_LAUNCH(k::softmax_xent_kernel, unsigned(N), kXentThreads, losses, probs, logits, targets, V);
-    RS_LAUNCH(k::sum_losses_kernel<kSumThreads>, 1u, kSumThreads, sum, losses, N);
-    double host_sum = 0.0;
-    CUDA_CHECK(cudaMemcpyAsync(&host_sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return static_cast<float>(host_sum / N);
+    RS_LAUNCH(k::add_mean_loss_kernel<kSumThreads>, 1u, kSumThreads, loss_sum, losses, N);
   }
 
   void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
-                             float dloss, int N, int V, Arena& arena) override {
+                             const float* dloss, int N, int V, Arena& arena) override {
     if (arena.counting()) return;
     const size_t n = size_t(N) * V;
-    RS_LAUNCH(k::xent_backward_kernel, grid_for(n), kBlock, dlogits, probs, targets, dloss, V, n);
+    RS_LAUNCH(k::xent_backward_kernel, grid_for(n), kBlock, dlogits, probs, targets, dloss, N, V,
+              n);
   }
 
  private:

@@ -1,7 +1,7 @@
 // The CUDA backend (core/backend.h) for fp32, bf16 and fp16 storage, on the legacy default
 // stream of the current device:
-// - Every pointer argument is device memory, except TOKENS and TARGETS (host, copied into
-//   arena scratch) and the loss that crossentropy_forward returns (the one blocking copy).
+// - Every pointer argument is device memory (tokens, targets, the loss's sum and the seed
+//   of backward included); no op waits for the device.
 // - The linear layers' and the LM head's products run on cuBLASLt with fp32 accumulation
 //   and fp32 output (GemmPlan, core/cuda/gemm_plan.h), their plans cached per key. A linear
 //   layer without a residual adds its bias in cuBLASLt's epilogue and stores straight in

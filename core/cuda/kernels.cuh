@@ -181,9 +181,10 @@ __global__ void softmax_xent_kernel(float* losses, float* probs, const float* lo
   if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + mx - logits[at + targets[blockIdx.x]];
 }
 
-// out[0] = sum of losses[0, N) in double, one block of kThreads, fixed order (deterministic).
+// *loss_sum += float(sum of losses[0, N) / N): the sum in double, one block of kThreads,
+// fixed order (deterministic).
 template <int kThreads>
-__global__ void sum_losses_kernel(double* out, const float* losses, int N) {
+__global__ void add_mean_loss_kernel(double* loss_sum, const float* losses, int N) {
   __shared__ double part[kThreads];
   double s = 0.0;
   for (int n = threadIdx.x; n < N; n += kThreads) s += losses[n];
@@ -193,15 +194,16 @@ __global__ void sum_losses_kernel(double* out, const float* losses, int N) {
     if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[0] = part[0];
+  if (threadIdx.x == 0) loss_sum[0] += float(part[0] / N);
 }
 
-// dlogits[n, v] = (probs[n, v] - [v == targets[n]]) dloss (written); n = N V.
+// dlogits[n, v] = (probs[n, v] - [v == targets[n]]) (*dloss / N) (written); n = N V.
 __global__ void xent_backward_kernel(float* dlogits, const float* probs, const int32_t* targets,
-                                     float dloss, int V, size_t n) {
+                                     const float* dloss, int N, int V, size_t n) {
+  const float scale = *dloss / N;
   RINGSTEP_GRID_STRIDE(i, n) {
     const float onehot = int(i % V) == targets[i / V] ? 1.0f : 0.0f;
-    dlogits[i] = (probs[i] - onehot) * dloss;
+    dlogits[i] = (probs[i] - onehot) * scale;
   }
 }
 

@@ -77,12 +77,13 @@ class CudaStateBackend final : public Backend {
   void gelu_backward(float* d, const void* inp, int N, int C, Arena& a) override {
     cpu_->gelu_backward(d, inp, N, C, a);
   }
-  float crossentropy_forward(float* losses, float* probs, const float* logits,
-                             const int32_t* targets, int N, int V, Arena& a) override {
-    return cpu_->crossentropy_forward(losses, probs, logits, targets, N, V, a);
+  void crossentropy_forward(float* losses, float* probs, const float* logits,
+                            const int32_t* targets, int N, int V, double* loss_sum,
+                            Arena& a) override {
+    cpu_->crossentropy_forward(losses, probs, logits, targets, N, V, loss_sum, a);
   }
   void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
-                             float dloss, int N, int V, Arena& a) override {
+                             const float* dloss, int N, int V, Arena& a) override {
     cpu_->crossentropy_backward(dlogits, probs, targets, dloss, N, V, a);
   }
 

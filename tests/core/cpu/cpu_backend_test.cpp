@@ -55,6 +55,8 @@ struct Buffers {
   Vec x, res, out, qkv, att;                          // stored
   Vec dout, dinp, mean, rstd, logits, probs, losses;  // fp32
   std::vector<int32_t> tokens;
+  double loss_sum = 0;     // crossentropy_forward's
+  float dloss_seed = 0.5f;  // crossentropy_backward's
 
   const float* p(size_t at) const { return params.data() + at; }
   float* g(size_t at) { return grads.data() + at; }
@@ -159,11 +161,12 @@ const std::vector<std::pair<std::string, Op>>& Ops() {
       {"crossentropy_forward",
        [](Backend& be, Buffers& b, Arena& a) {
          be.crossentropy_forward(b.losses.data(), b.probs.data(), b.logits.data(), b.tokens.data(),
-                                 N, V, a);
+                                 N, V, &b.loss_sum, a);
        }},
       {"crossentropy_backward",
        [](Backend& be, Buffers& b, Arena& a) {
-         be.crossentropy_backward(b.logits.data(), b.probs.data(), b.tokens.data(), 0.5f, N, V, a);
+         be.crossentropy_backward(b.logits.data(), b.probs.data(), b.tokens.data(), &b.dloss_seed, N,
+                                  V, a);
        }},
   };
   return kOps;
