@@ -45,6 +45,22 @@ std::shared_ptr<CopyInFlight> Runtime::upload(void* dst, const void* host, size_
   return std::make_shared<CopyDone>();
 }
 
+void Runtime::unscale_and_flag(float* x, size_t n, const StepCarry* carry, DeferredStep* step) {
+  if (unscale_and_check(x, n, static_cast<float>(1.0 / carry->scaler.scale))) step->bad = 1;
+}
+
+void Runtime::sum_squares_into(const float* x, size_t n, double* out) { *out = sum_squares(x, n); }
+
+void Runtime::decide(const StepRule& rule, StepCarry* carry, DeferredStep* step) {
+  decide_step(rule, *carry, *step);
+}
+
+void Runtime::adamw_update_if_applied(const std::vector<TensorInfo>& tensors,
+                                      const DeferredStep* step, float* params, const float* grads,
+                                      float* m, float* v) {
+  if (step->applied) adamw_update(tensors, step->adam, step->decay, params, grads, m, v);
+}
+
 Runtime& runtime(Device device, const char* what) {
   struct Slot {
     std::once_flag once;

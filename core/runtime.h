@@ -19,6 +19,7 @@
 #include "core/device_clock.h"
 #include "core/dtype.h"
 #include "core/optim_math.h"
+#include "core/step_math.h"
 
 namespace ringstep {
 
@@ -105,6 +106,20 @@ class Runtime {
   // DECAY (lr * weight_decay), the rest with 0. May return before the device is done.
   virtual void adamw_update(const std::vector<TensorInfo>& tensors, const AdamWStep& s, float decay,
                             float* params, const float* grads, float* m, float* v) = 0;
+
+  // The same passes for a step the runtime decides itself (core/step_math.h), queued without
+  // waiting: CARRY, STEP and OUT are in this runtime's memory, and the host reads them later.
+  // The defaults reach them through host pointers (runtimes whose memory the CPU reads) and
+  // run the passes above; a device runtime overrides all four.
+  // X *= float(1 / carry->scaler.scale) (skipped when it is 1); STEP->bad = 1 where an
+  // element is then inf or NaN.
+  virtual void unscale_and_flag(float* x, size_t n, const StepCarry* carry, DeferredStep* step);
+  virtual void sum_squares_into(const float* x, size_t n, double* out);  // *OUT = sum x^2
+  virtual void decide(const StepRule& rule, StepCarry* carry, DeferredStep* step);
+  // adamw_update with STEP's scalars where STEP->applied; nothing otherwise.
+  virtual void adamw_update_if_applied(const std::vector<TensorInfo>& tensors,
+                                       const DeferredStep* step, float* params, const float* grads,
+                                       float* m, float* v);
 };
 
 // The process's runtime of DEVICE. Throws InputError "WHAT: device cuda is not available:

@@ -24,6 +24,20 @@ void AdamW::step(FlatBuffer& params, const FlatBuffer& grads, double lr, double 
   rt.adamw_update(reg_.tensors(), s, decay, params.data(), grads.data(), m_.data(), v_.data());
 }
 
+bool AdamW::fill_deferred_rule(StepRule& rule) const {
+  rule.beta1 = hp_.beta1;
+  rule.beta2 = hp_.beta2;
+  rule.eps = hp_.eps;
+  rule.weight_decay = hp_.weight_decay;
+  return true;
+}
+
+void AdamW::step_deferred(FlatBuffer& params, const FlatBuffer& grads,
+                          const DeferredStep* decided) {
+  m_.runtime().adamw_update_if_applied(reg_.tensors(), decided, params.data(), grads.data(),
+                                       m_.data(), v_.data());
+}
+
 std::vector<StateTensor> AdamW::state_tensors() {
   return {{"adam_m", &m_, false}, {"adam_v", &v_, false}};
 }

@@ -46,6 +46,10 @@ class AdamW final : public Optimizer {
     return {};
   }
   SignExchange skip(Reducer&) override { return {}; }
+  // Its whole step can be decided on the runtime: the hyper-parameters go into RULE.
+  bool fill_deferred_rule(StepRule& rule) const override;
+  void step_deferred(FlatBuffer& params, const FlatBuffer& grads,
+                     const DeferredStep* decided) override;
   // "adam_m", "adam_v": replicated.
   std::vector<StateTensor> state_tensors() override;
 

@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include <stdexcept>
+
 #include "optim/adamw.h"
 #include "optim/onebit_adam.h"
 #include "optim/zero_one_adam.h"
@@ -7,6 +9,10 @@
 namespace ringstep {
 
 void Optimizer::adopt_world_change(const std::vector<std::vector<FlatBuffer>>&, int, int) {}
+
+void Optimizer::step_deferred(FlatBuffer&, const FlatBuffer&, const DeferredStep*) {
+  throw std::logic_error("Optimizer::step_deferred on an optimizer without a deferred rule");
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const Registry& reg, const Config& cfg, bool may_skip) {
   const AdamWParams hp{cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,

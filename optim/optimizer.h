@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "core/enum_names.h"
 #include "core/registry.h"
+#include "core/step_math.h"
 #include "optim/compress_choice.h"
 #include "optim/reducer.h"
 
@@ -68,6 +69,16 @@ class Optimizer {
   // The step found bad on some rank: completes an exchange begun under backward (a
   // collective) and leaves every state buffer and the step count as they were.
   virtual SignExchange skip(Reducer& reducer) = 0;
+
+  // An optimizer whose update a runtime can decide and apply by itself (core/step_math.h),
+  // so that a lone rank's step never waits for the host: fills RULE's optimizer part and
+  // returns true. False (the default): its steps need the host.
+  virtual bool fill_deferred_rule(StepRule& /*rule*/) const { return false; }
+  // The update of a step decided in the runtime's memory (DECIDED, there): nothing where it
+  // was not applied. The step count is left alone: the trainer sets it when it reads the
+  // runtime's carry. Only where fill_deferred_rule returned true.
+  virtual void step_deferred(FlatBuffer& params, const FlatBuffer& grads,
+                             const DeferredStep* decided);
 
   // Applied steps (the bias corrections' t; skipped steps do not count).
   virtual int64_t step_count() const = 0;

@@ -114,6 +114,21 @@ class CudaRuntime final : public Runtime {
       cuda::adamw_update(params + t.offset, grads + t.offset, m + t.offset, v + t.offset, t.numel,
                          s, t.decay ? decay : 0.0f);
   }
+  void unscale_and_flag(float* x, size_t n, const StepCarry* carry, DeferredStep* step) override {
+    cuda::unscale_and_flag(x, n, carry, step);
+  }
+  void sum_squares_into(const float* x, size_t n, double* out) override {
+    cuda::sum_squares_into(x, n, scratch_, out);
+  }
+  void decide(const StepRule& rule, StepCarry* carry, DeferredStep* step) override {
+    cuda::decide(rule, carry, step);
+  }
+  void adamw_update_if_applied(const std::vector<TensorInfo>& tensors, const DeferredStep* step,
+                               float* params, const float* grads, float* m, float* v) override {
+    for (const TensorInfo& t : tensors)
+      cuda::adamw_update_if_applied(params + t.offset, grads + t.offset, m + t.offset, v + t.offset,
+                                    t.numel, step, t.decay);
+  }
 
  private:
   // An event recorded on STREAM after what was just queued there.

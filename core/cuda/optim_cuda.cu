@@ -21,8 +21,22 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_
     adamw_element(p[i], g[i], m[i], v[i], s, decay);
 }
 
-// isfinite on the device is exact (no fast-math here); one flag write per bad element.
-__global__ void unscale_check_kernel(float* g, size_t n, float inv, int* flag) {
+__global__ void adamw_if_applied_kernel(float* p, const float* g, float* m, float* v, size_t n,
+                                        const DeferredStep* step, bool decays) {
+  if (!step->applied) return;
+  const AdamWStep s = step->adam;
+  const float decay = decays ? step->decay : 0.0f;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    adamw_element(p[i], g[i], m[i], v[i], s, decay);
+}
+
+// isfinite on the device is exact (no fast-math here); one flag write per block that saw a
+// bad element. INV: the unscaling factor, or null to read it from CARRY.
+template <typename Flag>
+__global__ void unscale_check_kernel(float* g, size_t n, float inv_arg, const StepCarry* carry,
+                                     Flag* flag) {
+  const float inv = carry ? static_cast<float>(1.0 / carry->scaler.scale) : inv_arg;
   bool bad = false;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
@@ -55,11 +69,15 @@ __global__ void sum_squares_kernel(const float* x, size_t n, double* partials) {
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
-__global__ void fold_kernel(double* partials, int count) {
+__global__ void fold_kernel(const double* partials, int count, double* out) {
   double acc = 0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
   const double sum = block_sum(acc);
-  if (threadIdx.x == 0) partials[count] = sum;
+  if (threadIdx.x == 0) *out = sum;
+}
+
+__global__ void decide_kernel(StepRule rule, StepCarry* carry, DeferredStep* step) {
+  decide_step(rule, *carry, *step);
 }
 
 }  // namespace
@@ -74,7 +92,7 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
 bool unscale_and_check(float* grads, size_t n, float inv_scale, int* flag) {
   CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int)));
   if (n > 0) {
-    unscale_check_kernel<<<grid_for(n), kBlock>>>(grads, n, inv_scale, flag);
+    unscale_check_kernel<<<grid_for(n), kBlock>>>(grads, n, inv_scale, nullptr, flag);
     CUDA_CHECK(cudaGetLastError());
   }
   int host = 0;
@@ -83,13 +101,35 @@ bool unscale_and_check(float* grads, size_t n, float inv_scale, int* flag) {
 }
 
 double sum_squares(const float* x, size_t n, double* partials) {
-  sum_squares_kernel<<<kNormBlocks, kBlock>>>(x, n, partials);
-  CUDA_CHECK(cudaGetLastError());
-  fold_kernel<<<1, kBlock>>>(partials, kNormBlocks);
-  CUDA_CHECK(cudaGetLastError());
+  sum_squares_into(x, n, partials, partials + kNormBlocks);
   double host = 0;
   CUDA_CHECK(cudaMemcpy(&host, partials + kNormBlocks, sizeof(double), cudaMemcpyDeviceToHost));
   return host;
+}
+
+void unscale_and_flag(float* grads, size_t n, const StepCarry* carry, DeferredStep* step) {
+  if (n == 0) return;
+  unscale_check_kernel<<<grid_for(n), kBlock>>>(grads, n, 1.0f, carry, &step->bad);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void sum_squares_into(const float* x, size_t n, double* partials, double* out) {
+  sum_squares_kernel<<<kNormBlocks, kBlock>>>(x, n, partials);
+  CUDA_CHECK(cudaGetLastError());
+  fold_kernel<<<1, kBlock>>>(partials, kNormBlocks, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void decide(const StepRule& rule, StepCarry* carry, DeferredStep* step) {
+  decide_kernel<<<1, 1>>>(rule, carry, step);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void adamw_update_if_applied(float* params, const float* grads, float* m, float* v, size_t n,
+                             const DeferredStep* step, bool decays) {
+  if (n == 0) return;
+  adamw_if_applied_kernel<<<grid_for(n), kBlock>>>(params, grads, m, v, n, step, decays);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace ringstep::cuda

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/optim_math.h"
+#include "core/step_math.h"
 
 namespace ringstep::cuda {
 
@@ -28,5 +29,17 @@ constexpr int kNormBlocks = 1024;
 // PARTIALS[kNormBlocks]; blocks until those 8 bytes are on the host. PARTIALS holds
 // kNormBlocks + 1 device doubles.
 double sum_squares(const float* x, size_t n, double* partials);
+
+// The passes of a step the device decides (core/step_math.h), queued without waiting; CARRY,
+// STEP and OUT are device memory.
+// grads *= float(1 / carry->scaler.scale) (skipped when it is 1); step->bad = 1 on an inf/NaN.
+void unscale_and_flag(float* grads, size_t n, const StepCarry* carry, DeferredStep* step);
+// *OUT = sum_squares's value, folded into OUT instead of PARTIALS[kNormBlocks].
+void sum_squares_into(const float* x, size_t n, double* partials, double* out);
+// decide_step(RULE, *CARRY, *STEP) in one thread.
+void decide(const StepRule& rule, StepCarry* carry, DeferredStep* step);
+// adamw_update with STEP's scalars (decay STEP->decay where DECAYS) where STEP->applied.
+void adamw_update_if_applied(float* params, const float* grads, float* m, float* v, size_t n,
+                             const DeferredStep* step, bool decays);
 
 }  // namespace ringstep::cuda

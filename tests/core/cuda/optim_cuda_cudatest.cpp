@@ -148,6 +148,98 @@ TEST_F(CudaOptim, AdamWFlatBufferStepOnDeviceMatchesHost) {
     ASSERT_NEAR(got.data()[i], p.data()[i], 1e-6f * std::max(1.0f, std::fabs(p.data()[i]))) << i;
 }
 
+// A step decided on the device (core/step_math.h's passes, train/deferred_steps.h) against
+// the same passes on the host runtime: an overflowing step (skipped, the scale backs off),
+// then applied steps whose norm is clipped. Decisions, scaler state, t and the LR exactly;
+// the norm to fp64 rounding; the parameters to AdamW's fp32 tolerance.
+TEST_F(CudaOptim, DeferredStepMatchesTheHostRuntime) {
+  Registry reg;
+  reg.add("w", {301, 77});
+  reg.add("b", {77}, false);
+  const size_t n = reg.total_numel();
+  StepRule rule;
+  rule.scaler = {.dynamic = true, .growth_interval = 2, .max_consecutive_skips = 5};
+  rule.schedule = {LrScheduleKind::cosine, 1e-2, 0.1, 1, 10};
+  rule.grad_accum_steps = 2;
+  rule.weight_decay = 0.1;
+  Runtime& cpu = runtime(Device::cpu);
+  Runtime& gpu = runtime(Device::cuda);
+  struct Side {
+    Runtime& rt;
+    FlatBuffer p, g, m, v, scalars;  // scalars: a StepCarry then a DeferredStep
+    StepCarry* carry() { return reinterpret_cast<StepCarry*>(scalars.data()); }
+    DeferredStep* step() {
+      return reinterpret_cast<DeferredStep*>(scalars.data() + sizeof(StepCarry) / sizeof(float));
+    }
+  };
+  const size_t scalar_floats = (sizeof(StepCarry) + sizeof(DeferredStep)) / sizeof(float);
+  Side host{cpu,
+            FlatBuffer(n, cpu),
+            FlatBuffer(n, cpu),
+            FlatBuffer(n, cpu),
+            FlatBuffer(n, cpu),
+            FlatBuffer(scalar_floats, cpu)};
+  Side dev{gpu,
+           FlatBuffer(n, gpu),
+           FlatBuffer(n, gpu),
+           FlatBuffer(n, gpu),
+           FlatBuffer(n, gpu),
+           FlatBuffer(scalar_floats, gpu)};
+  const std::vector<float> p0 = normal_values(n, 1);
+  StepCarry start;
+  start.scaler.scale = 1024;
+  start.scaler.hysteresis_tracker = 1;
+  start.dloss = 512;
+  for (Side* s : {&host, &dev}) {
+    s->rt.copy(s->p.data(), p0.data(), n * sizeof(float));
+    s->rt.copy(s->carry(), &start, sizeof start);
+  }
+  for (int t = 0; t < 4; ++t) {
+    std::vector<float> g = normal_values(n, 30 + uint32_t(t));
+    for (float& x : g) x *= 1024;  // scaled gradients, norm well above grad_clip once unscaled
+    if (t == 0) g[n / 2] = std::numeric_limits<float>::infinity();
+    const double loss_sum = 7.5;
+    for (Side* s : {&host, &dev}) {
+      s->rt.copy(s->g.data(), g.data(), n * sizeof(float));
+      s->rt.zero(s->step(), sizeof(DeferredStep));
+      s->rt.copy(&s->step()->loss_sum, &loss_sum, sizeof loss_sum);
+      s->rt.unscale_and_flag(s->g.data(), n, s->carry(), s->step());
+      s->rt.sum_squares_into(s->g.data(), n, &s->step()->norm_sq);
+      s->rt.decide(rule, s->carry(), s->step());
+      s->rt.adamw_update_if_applied(reg.tensors(), s->step(), s->p.data(), s->g.data(), s->m.data(),
+                                    s->v.data());
+    }
+    DeferredStep want, got;
+    StepCarry want_c, got_c;
+    cpu.copy(&want, host.step(), sizeof want);
+    gpu.copy(&got, dev.step(), sizeof got);
+    cpu.copy(&want_c, host.carry(), sizeof want_c);
+    gpu.copy(&got_c, dev.carry(), sizeof got_c);
+    EXPECT_EQ(got.bad, t == 0 ? 1u : 0u) << "step " << t;
+    EXPECT_EQ(got.bad, want.bad);
+    EXPECT_EQ(got.applied, want.applied);
+    EXPECT_EQ(got.scale, want.scale);
+    EXPECT_EQ(got.lr, want.lr);
+    EXPECT_EQ(got_c.scaler, want_c.scaler);
+    EXPECT_EQ(got_c.t, want_c.t);
+    EXPECT_EQ(got_c.dloss, want_c.dloss);
+    if (t > 0) {
+      EXPECT_NEAR(got.norm_sq, want.norm_sq, 1024 * 0x1p-24 * want.norm_sq);
+    }
+  }
+  // The overflow halved the scale, two clean steps doubled it back; three steps applied.
+  StepCarry end;
+  gpu.copy(&end, dev.carry(), sizeof end);
+  EXPECT_EQ(end.scaler.scale, start.scaler.scale);
+  EXPECT_EQ(end.t, 3);
+  FlatBuffer got(n);
+  copy_buffer(got, dev.p);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_NEAR(got.data()[i], host.p.data()[i],
+                1e-6f * std::max(1.0f, std::fabs(host.p.data()[i])))
+        << i;
+}
+
 #else
 TEST_F(CudaOptim, SkippedWithoutCuda) {}
 #endif
