@@ -373,7 +373,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(comm.link.latency_us), number<double>(at_least(0)), "emulated per-message latency in microseconds; 0 = none"),
 
   key(KEY(profile.enabled), boolean(), "time every step"),
-  key(KEY(profile.log_every), number<int>(at_least(1)), "print a console line every N steps (steps.jsonl keeps every step; on cuda the records of N steps are written together, when their device times are read)"),
+  key(KEY(profile.log_every), number<int>(at_least(1)), "print a console line every N steps (steps.jsonl keeps every step; on cuda, and on one rank, the records of N steps are written together, when what the device timed and decided is read)"),
   key(KEY(profile.trace_steps), step_window(), "Chrome trace of steps first..last (inclusive); [] = none"),
   key(KEY(profile.peak_gflops), number<double>(above(0), kAuto), "peak GFLOP/s per rank for MFU; auto = measured at start on the CPU, the GPU's datasheet peak on cuda (docs/metrics.md)"),
   key(KEY(profile.op_every), number<int>(at_least(0)), "time every op of forward, backward and the optimizer on each N-th step and on the traced steps (steps.jsonl `ops`, the report's measured roofline); 0 = never; on cuda each op is timed with CUDA events and a timed step waits for the device at the end of each phase"),

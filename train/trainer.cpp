@@ -117,6 +117,16 @@ Trainer::Trainer(const Config& cfg, Communicator* comm, DeviceComm* device_comm)
       load_checkpoint(resumed_from_, cfg_, f.rank, f.world, model_.params(), state_);
     }
   });
+  StepRule rule{.scaler = state_.scaler.rule(),
+                .schedule = schedule_,
+                .grad_clip = cfg.train.grad_clip,
+                .grad_accum_steps = cfg.train.grad_accum_steps,
+                .stop_on_bad = bad_step_stops()};
+  if (f.world == 1 && state_.optimizer->fill_deferred_rule(rule)) {
+    deferred_ =
+        std::make_unique<DeferredSteps>(model_.params().runtime(), rule, cfg.profile.log_every);
+    deferred_->load(state_.scaler.state(), state_.optimizer->step_count());
+  }
   sync_.setup(model_);
   if (f.world > 1) {
     if (state_.optimizer->replicas_agree())
@@ -206,6 +216,7 @@ Trainer::StepResult Trainer::step() {
   }
   timer_.begin_step();
   model_.grads().zero();
+  DeferredStep* decided = deferred_ ? deferred_->begin(int(unlogged_.size())) : nullptr;
   // The optimizer's own exchange may start under backward, each part as backward finishes
   // it, with the gradients unscaled and clipped by the previous step's coefficient.
   const bool under_backward =
@@ -213,7 +224,7 @@ Trainer::StepResult Trainer::step() {
                                             previous_clip_coefficient() / s.loss_scale, sync_);
   double loss_sum = 0;
   for (int micro = 0; micro < cfg_.train.grad_accum_steps; ++micro)
-    loss_sum += micro_batch(micro, traced, averaged || under_backward);
+    loss_sum += micro_batch(micro, traced, averaged || under_backward, decided);
   s.loss = loss_sum / cfg_.train.grad_accum_steps;
   const int64_t wait_start = timer_.mark();
   if (averaged) {
@@ -223,16 +234,20 @@ Trainer::StepResult Trainer::step() {
   if (under_backward)
     timed(&PhaseTimes::optimizer, "wait comm", traced, [&] { sync_.wait_sign_sent(); });
 
-  const int bad_rank = unscale_and_agree(traced, s.loss);
-  if (bad_rank >= 0) fault_ = numerical_fault(number, bad_rank);
-  s.applied = state_.scaler.update(bad_rank >= 0);
-  s.lr = schedule_.at(int(opt.step_count()));
-  if (s.applied) {
-    s.grad_norm = timed_update(s.lr, traced, averaged, s.exchange);
-    state_.last_grad_norm = s.grad_norm;
+  if (decided) {
+    queue_deferred_update(traced, decided);  // its loss, scale, lr and norm: read_deferred()
   } else {
-    s.grad_norm = NAN;
-    s.exchange = opt.skip(sync_);  // a skipped step leaves the optimizer's state as it was
+    const int bad_rank = unscale_and_agree(traced, s.loss);
+    if (bad_rank >= 0) fault_ = numerical_fault(number, bad_rank);
+    s.applied = state_.scaler.update(bad_rank >= 0);
+    s.lr = schedule_.at(int(opt.step_count()));
+    if (s.applied) {
+      s.grad_norm = timed_update(s.lr, traced, averaged, s.exchange);
+      state_.last_grad_norm = s.grad_norm;
+    } else {
+      s.grad_norm = NAN;
+      s.exchange = opt.skip(sync_);  // a skipped step leaves the optimizer's state as it was
+    }
   }
   if (const std::string note = opt.take_note(); !note.empty() && facts_.rank == 0)
     std::printf("%s\n", note.c_str());
@@ -260,7 +275,7 @@ Trainer::StepResult Trainer::step() {
 // Forward and backward of micro-batch MICRO; returns its loss. The loss is divided by
 // grad_accum_steps and multiplied by the loss scale (1 unless fp16 scaling is on) before
 // backward; with HOOK, the last micro-batch hands each finished layer to the gradient sync.
-double Trainer::micro_batch(int micro, bool traced, bool hook) {
+double Trainer::micro_batch(int micro, bool traced, bool hook, DeferredStep* decided) {
   const int B = cfg_.train.micro_batch, T = cfg_.model.seq_len;
   int32_t* in = inputs_.data() + size_t(micro) * B * T;
   int32_t* tg = targets_.data() + size_t(micro) * B * T;
@@ -271,12 +286,17 @@ double Trainer::micro_batch(int micro, bool traced, bool hook) {
   });
   const float loss = timed(&PhaseTimes::forward, "forward", traced, [&] {
     auto ops = op_scope(OpPhase::forward, traced);
-    return model_.forward(in, tg, B, T, arena_);
+    if (!decided) return model_.forward(in, tg, B, T, arena_);
+    model_.forward(in, tg, B, T, arena_, &decided->loss_sum);
+    return 0.0f;
   });
-  const float dloss = float(state_.scaler.scale() / cfg_.train.grad_accum_steps);
   timed(&PhaseTimes::backward, "backward", traced, [&] {
     auto ops = op_scope(OpPhase::backward, traced);
-    model_.backward(dloss, arena_, last ? sync_.unit_hook() : nullptr);
+    const std::function<void(int)> hook_fn = last ? sync_.unit_hook() : nullptr;
+    if (decided)
+      model_.backward(deferred_->seed(), arena_, hook_fn);
+    else
+      model_.backward(float(state_.scaler.scale() / cfg_.train.grad_accum_steps), arena_, hook_fn);
   });
   timer_.add_ms(&PhaseTimes::recompute, model_.last_recompute_ms());
   return loss;
@@ -305,11 +325,56 @@ int Trainer::unscale_and_agree(bool traced, double loss) {
   });
 }
 
+// The check, the norm, the loss scaler's decision and the update, queued on the runtime;
+// nothing here waits for it. Timed as the host's sequence is: the update (norm included)
+// as the optimizer op.
+void Trainer::queue_deferred_update(bool traced, DeferredStep* decided) {
+  FlatBuffer& g = model_.grads();
+  Runtime& rt = g.runtime();
+  timed(&PhaseTimes::optimizer, "unscale + check", traced,
+        [&] { rt.unscale_and_flag(g.data(), g.size(), deferred_->carry(), decided); });
+  auto ops = op_scope(OpPhase::optimizer, /*traced=*/false);
+  const int64_t t0 = model_.op_clock().begin();
+  timed(&PhaseTimes::optimizer, "optimizer", traced, [&] {
+    rt.sum_squares_into(g.data(), g.size(), &decided->norm_sq);
+    rt.decide(deferred_->rule(), deferred_->carry(), decided);
+    state_.optimizer->step_deferred(model_.params(), g, decided);
+  });
+  model_.op_clock().end(Op::optimizer, t0, op_cost::optimizer_update(double(model_.param_count())));
+}
+
+void Trainer::read_deferred() {
+  const DeferredSteps::Read r = deferred_->read(int(unlogged_.size()));
+  size_t kept = 0;
+  for (; kept < r.steps.size() && !r.steps[kept].after_stop; ++kept) {
+    const DeferredStep& d = r.steps[kept];
+    StepResult& s = unlogged_[kept].s;
+    s.loss = d.loss_sum / cfg_.train.grad_accum_steps;
+    s.loss_scale = d.scale;
+    s.lr = d.lr;
+    s.applied = d.applied != 0;
+    s.grad_norm = s.applied ? std::sqrt(d.norm_sq) : NAN;
+    if (s.applied) state_.last_grad_norm = s.grad_norm;
+    if (d.bad && fault_.empty()) fault_ = numerical_fault(unlogged_[kept].step, 0);
+  }
+  // Steps after the one that ended the run ran, but changed nothing: as if never run.
+  const int dropped = int(unlogged_.size() - kept);
+  unlogged_.resize(kept);
+  state_.step -= dropped;
+  totals_.steps_run -= dropped;
+  state_.scaler.restore(r.carry.scaler);
+  state_.optimizer->set_step_count(r.carry.t);
+}
+
+bool Trainer::bad_step_stops() const {
+  return state_.scaler.mode() == LossScaleMode::none && cfg_.train.on_nan == OnNan::stop;
+}
+
 // Without a loss scaler (fp32, bf16, mode none) an inf/NaN is not an overflow to scale
 // away but a fault: with train.on_nan: stop, the message that ends the run after this
 // step's record; "" to go on (skip the step).
 std::string Trainer::numerical_fault(int step, int rank) const {
-  if (state_.scaler.mode() != LossScaleMode::none || cfg_.train.on_nan == OnNan::skip) return "";
+  if (!bad_step_stops()) return "";
   const std::string last = newest_checkpoint(checkpoints_dir(cfg_), false);
   return "step " + std::to_string(step) +
          ": the loss or gradients are inf or NaN (first seen on rank " + std::to_string(rank) +
@@ -382,7 +447,8 @@ float Trainer::evaluate() {
 void Trainer::log_step(const StepResult& s, TrainOutcome& out) {
   unlogged_.push_back({s, state_.step, last_val_loss_});
   const int n = state_.step;
-  if (!timer_.on_device() || n % cfg_.profile.log_every == 0 || n == cfg_.train.steps)
+  const bool reads_once_per_interval = timer_.on_device() || deferred_;
+  if (!reads_once_per_interval || n % cfg_.profile.log_every == 0 || n == cfg_.train.steps)
     flush_log(out);
 }
 
@@ -391,6 +457,7 @@ void Trainer::flush_log(TrainOutcome& out) {
     const std::vector<PhaseTimes> times = timer_.read_device();
     for (size_t i = 0; i < unlogged_.size(); ++i) unlogged_[i].s.times = times.at(i);
   }
+  if (deferred_) read_deferred();
   for (const Unlogged& u : unlogged_) log_record(u.s, u.step, u.val_loss, out);
   unlogged_.clear();
 }
@@ -400,6 +467,7 @@ void Trainer::log_record(const StepResult& s, int n, float val_loss, TrainOutcom
   const int steps = cfg_.train.steps;
   const bool log_line = n % cfg_.profile.log_every == 0 || n == steps;
   const bool lead = facts_.rank == 0;
+  out.loss_scales.push_back(s.loss_scale);
   if (!timer_.enabled()) {
     if (!log_line) return;
     out.losses.push_back(sync_.agree(float(s.loss), s.times, s.exchange).mean_loss);
@@ -450,8 +518,11 @@ void Trainer::log_record(const StepResult& s, int n, float val_loss, TrainOutcom
 }
 
 // Saves a checkpoint of the state after step state_.step (every rank calls it).
+// Nothing is saved where the records just read end the run (a fault, or the loss scaler
+// giving up): that state is not worth resuming.
 void Trainer::save(TrainOutcome& out) {
   flush_log(out);  // the step lines before the checkpoint's
+  if (!fault_.empty() || state_.scaler.should_stop()) return;
   const auto t0 = SteadyClock::now();
   out.last_checkpoint = save_checkpoint(cfg_, model_.params(), state_, sync_);
   const double ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count();
@@ -498,13 +569,12 @@ TrainOutcome Trainer::run() {
     // Every rank sees the same agreed flags, so every rank stops at the same step.
     while (state_.step < cfg_.train.steps && !state_.scaler.should_stop() && fault_.empty()) {
       const StepResult s = step();
-      out.loss_scales.push_back(s.loss_scale);
+      ++totals_.steps_run;
       const int n = state_.step, every = cfg_.train.eval_every;
       last_val_loss_ = every > 0 && n % every == 0 && n < cfg_.train.steps ? evaluate() : NAN;
-      log_step(s, out);
-      ++totals_.steps_run;
+      log_step(s, out);  // may read steps that end the run, and drop those after
       if (preempt && sync_.any_rank(preempt->requested())) return stop_preempted(out);
-      if (save_every > 0 && n % save_every == 0 && fault_.empty()) save(out);
+      if (save_every > 0 && state_.step % save_every == 0 && fault_.empty()) save(out);
     }
     flush_log(out);
   } catch (const SystemFault& e) {

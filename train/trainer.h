@@ -23,6 +23,7 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/data.h"
+#include "train/deferred_steps.h"
 #include "train/grad_sync.h"
 #include "train/run_dir.h"
 #include "train/run_log.h"
@@ -103,8 +104,17 @@ class Trainer {
   };
   void init_from(const std::string& path, bool lead);
   StepResult step();
-  double micro_batch(int micro, bool traced, bool hook);
+  // DECIDED: the step's record where the runtime decides it (then the loss is added there
+  // and 0 returned).
+  double micro_batch(int micro, bool traced, bool hook, DeferredStep* decided);
   int unscale_and_agree(bool traced, double loss);
+  // The check, norm, decision and update of a step the runtime decides, queued there.
+  void queue_deferred_update(bool traced, DeferredStep* decided);
+  // The unlogged steps' results from what the runtime decided (train/deferred_steps.h); the
+  // host's mirrors refreshed; the steps after one that ended the run dropped.
+  void read_deferred();
+  // Whether an inf/NaN ends the run (no loss scaling to absorb it, train.on_nan: stop).
+  bool bad_step_stops() const;
   std::string numerical_fault(int step, int rank) const;
   double apply_update(double lr, bool traced, bool averaged, SignExchange& exchange);
   double previous_clip_coefficient() const;
@@ -156,6 +166,9 @@ class Trainer {
     float val_loss;
   };
   std::vector<Unlogged> unlogged_;  // steps run whose records wait for their device times
+  // One rank with an optimizer that allows it: the steps the runtime decides (null: the host
+  // decides each step).
+  std::unique_ptr<DeferredSteps> deferred_;
 };
 
 // Runs CFG to completion: Trainer(cfg, comm, device_comm).run().

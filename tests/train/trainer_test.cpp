@@ -219,6 +219,41 @@ TEST(Trainer, Fp16OverflowSkipsStepsAndHalvesTheScale) {
   fs::remove_all(out);
 }
 
+// One rank's steps are decided in the runtime's memory and read once per log interval
+// (train/deferred_steps.h): reading them every step or every fifth changes no value of any
+// record, through overflows that skip steps and halve the scale.
+TEST(Trainer, DeferredStepsReadPerIntervalEqualReadEveryStep) {
+  fs::path out = TempDir("deferred");
+  std::vector<nlohmann::json> records[2];
+  TrainOutcome outcome[2];
+  for (int i = 0; i < 2; ++i) {
+    const fs::path dir = out / std::to_string(i);
+    Config cfg = SmallRun(dir, 12);
+    cfg.precision.dtype = DType::f16;
+    cfg.precision.loss_scale.mode = LossScaleMode::dynamic;
+    cfg.precision.loss_scale.initial = 0x1p24;
+    cfg.precision.loss_scale.growth_interval = 3;
+    cfg.profile.log_every = i == 0 ? 1 : 5;
+    outcome[i] = train(cfg, nullptr);
+    std::ifstream steps(dir / "steps.jsonl");
+    for (std::string line; std::getline(steps, line);) {
+      nlohmann::json r = nlohmann::json::parse(line);
+      for (const char* timing : {"time_ms", "time_unix", "tokens_per_s", "model_gflops",
+                                 "hardware_gflops", "mfu", "ranks", "ops", "comm_busbw_gbs"})
+        r.erase(timing);
+      records[i].push_back(r);
+    }
+  }
+  ASSERT_EQ(records[0].size(), 12u);
+  EXPECT_EQ(records[0], records[1]);
+  EXPECT_GT(outcome[0].skipped_steps, 0);
+  EXPECT_EQ(outcome[0].skipped_steps, outcome[1].skipped_steps);
+  EXPECT_EQ(outcome[0].optimizer_steps, outcome[1].optimizer_steps);
+  EXPECT_EQ(outcome[0].loss_scales, outcome[1].loss_scales);
+  EXPECT_EQ(outcome[0].params_fnv1a64, outcome[1].params_fnv1a64);
+  fs::remove_all(out);
+}
+
 // A scale that never fits this model (static 2^24): every step overflows, and after
 // max_consecutive_skips in a row the run stops with a message, keeping its records.
 TEST(Trainer, ConsecutiveSkipsStopTheRun) {
@@ -245,6 +280,9 @@ TEST(Trainer, ConsecutiveSkipsStopTheRun) {
   auto summary = nlohmann::json::parse(std::ifstream(out / "summary.json"));
   EXPECT_EQ(summary["skipped_steps"].get<int>(), 3);
   EXPECT_EQ(summary["optimizer_steps"].get<int>(), 0);
+  // The host read steps 1-10 at once (log_every 10): 4-10 ran after the stop and are gone.
+  ASSERT_EQ(cfg.profile.log_every, 10);
+  EXPECT_EQ(summary["steps"].get<int>(), 3);
   EXPECT_FALSE(summary["stopped_early"].is_null());
   fs::remove_all(out);
 }
