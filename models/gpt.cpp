@@ -314,7 +314,10 @@ void Gpt::head_backward(const float* dloss_scale) {
 }
 
 void Gpt::backward(float dloss_scale, Arena& arena, const std::function<void(int)>& unit_done) {
-  scalars_.runtime().copy(seed_slot(), &dloss_scale, sizeof dloss_scale);
+  if (!(dloss_scale == seed_in_slot_)) {  // a copy into a device's memory waits for it
+    scalars_.runtime().copy(seed_slot(), &dloss_scale, sizeof dloss_scale);
+    seed_in_slot_ = dloss_scale;
+  }
   backward(seed_slot(), arena, unit_done);
 }
 

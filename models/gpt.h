@@ -20,6 +20,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -179,7 +180,8 @@ class Gpt {
   GptSpec spec_;
   GptOptions opt_;
   FlatBuffer params_, grads_;
-  FlatBuffer scalars_;  // loss_slot() and seed_slot()
+  FlatBuffer scalars_;        // loss_slot() and seed_slot()
+  float seed_in_slot_ = NAN;  // what seed_slot() holds (NaN: nothing yet)
   OpClock op_clock_;
   std::unique_ptr<Backend> backend_;  // a TimedBackend on op_clock_
   bool weights_stale_ = true;         // params_ changed since the last Backend::set_weights
