@@ -1,9 +1,9 @@
 // The fused causal attention kernels (core/cuda/flash_attention.h): FlashAttention-2's
 // forward and backward (Dao 2023, algorithms 1 and 2) on tiles held in shared memory, in two
-// versions: fp32 SIMT arithmetic (any storage), and bf16 products on tensor cores through
-// WMMA (further down). What they compute, tile by tile, is core/cuda/flash_tiling.h's
-// functions, shared with the host twin (core/cuda/flash_twin.cpp); this file maps that onto
-// threads.
+// versions: fp32 SIMT arithmetic (any storage), and 16-bit products on tensor cores through
+// WMMA (further down; bf16 or fp16 storage). What they compute, tile by tile, is
+// core/cuda/flash_tiling.h's functions, shared with the host twin (core/cuda/flash_twin.cpp);
+// this file maps that onto threads.
 //
 // Thread mapping: 256 threads as 16 x 16, thread (ty, tx) = (tid / 16, tid % 16). In a
 // 64 x 64 score tile it owns rows ty + 16 i and columns tx + 16 j (i, j < 4); in a 64 x HP
@@ -14,6 +14,7 @@
 #include "core/cuda/flash_attention.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <mma.h>
 
 #include <cmath>
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // D[bh, t] = sum_d dout[b, t, h, d] out[b, t, h, d]: one warp per (head, query row). With
-// kRoundDout, dO as the tensor-core kernel reads it: rounded to bf16.
+// kRoundDout, dO as the tensor-core kernel reads it: rounded to the 16-bit storage S.
 template <typename S, bool kRoundDout>
 __global__ void backward_dsum_kernel(float* dsum, const float* dout, const S* out, int T, int NH,
                                      int hs, int rows) {
@@ -196,7 +197,7 @@ __global__ void backward_dsum_kernel(float* dsum, const float* dout, const S* ou
   float s = 0.0f;
   for (int d = lane; d < hs; d += 32) {
     const size_t at = btc_index(b, t, h, d, T, C, hs);
-    const float g = kRoundDout ? widen(narrow<uint16_t>(dout[at])) : dout[at];
+    const float g = kRoundDout ? widen(narrow<S>(dout[at])) : dout[at];
     s += g * widen(out[at]);
   }
   s = kernels::warp_sum(s);
@@ -324,67 +325,84 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// --- tensor cores (bf16 storage) -----------------------------------------------------
+// --- tensor cores (bf16 or fp16 storage) ---------------------------------------------
 // The same tiles, walk and per-row softmax as the SIMT kernels above; the products run on
-// WMMA 16 x 16 x 16 fragments (bf16 operands, fp32 accumulation) between bf16 operand tiles
-// and fp32 result tiles in shared memory. Results go through shared memory so the SIMT
-// code can read them row by row: the output accumulator (forward) and each tile's dQ live
-// there; dK and dV stay in each warp's fragments for the whole walk.
+// WMMA 16 x 16 x 16 fragments (16-bit operands of the storage type, fp32 accumulation)
+// between 16-bit operand tiles and fp32 result tiles in shared memory. Operand tiles hold
+// the 16-bit patterns (uint16_t) of storage S, read by the fragments as S's WMMA type.
+// Results go through shared memory so the SIMT code can read them row by row: the output
+// accumulator (forward) and each tile's dQ live there; dK and dV stay in each warp's
+// fragments for the whole walk.
 
 namespace wmma = nvcuda::wmma;
-using Bf16 = __nv_bfloat16;
+using kernels::Fp16;
 constexpr int kFrag = 16;  // WMMA's m = n = k
 constexpr int kWarps = kThreads / 32;
-using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, Bf16, wmma::row_major>;
-using FragAt = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, Bf16, wmma::col_major>;
-using FragB = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, Bf16, wmma::row_major>;
-using FragBt = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, Bf16, wmma::col_major>;
 using FragC = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
+using Rows = wmma::row_major;  // operand layouts in shared memory
+using Cols = wmma::col_major;
 
-__device__ __forceinline__ const Bf16* bf(const uint16_t* p) {
-  return reinterpret_cast<const Bf16*>(p);
+// The WMMA operand type of 16-bit storage S: bf16 bits (uint16_t) or an IEEE half (Fp16).
+template <typename S>
+struct WmmaType;
+template <>
+struct WmmaType<uint16_t> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct WmmaType<Fp16> {
+  using type = __half;
+};
+
+// The 16-bit pattern of a stored value, and X rounded to S as a pattern (core/dtype.h's rule).
+__device__ __forceinline__ uint16_t bits(uint16_t x) { return x; }
+__device__ __forceinline__ uint16_t bits(Fp16 x) { return x.bits; }
+template <typename S>
+__device__ __forceinline__ uint16_t narrow_bits(float x) {
+  return bits(narrow<S>(x));
 }
 
-// acc += A (16 x kK) B (kK x 16) from shared memory. A starts at A (row-major with stride
-// LDA: FragA; or column-major, A(i, k) = a[k lda + i]: FragAt); B at B (row-major:
-// FragB; or column-major, B(k, j) = b[j ldb + k]: FragBt).
-template <typename FA, typename FB, int kK>
+// acc += A (16 x kK) B (kK x 16) from shared memory, the patterns read as E. A starts at A
+// (row-major with stride LDA; or column-major, A(i, k) = a[k lda + i]); B at B (row-major;
+// or column-major, B(k, j) = b[j ldb + k]), as LayoutA and LayoutB say.
+template <typename E, typename LayoutA, typename LayoutB, int kK>
 __device__ __forceinline__ void mma(FragC& acc, const uint16_t* a, int lda, const uint16_t* b,
                                     int ldb) {
+  constexpr bool a_rows = std::is_same_v<LayoutA, Rows>;
+  constexpr bool b_rows = std::is_same_v<LayoutB, Rows>;
 #pragma unroll
   for (int k = 0; k < kK; k += kFrag) {
-    FA fa;
-    FB fb;
-    wmma::load_matrix_sync(fa, bf(a + (std::is_same_v<FA, FragA> ? k : k * lda)), lda);
-    wmma::load_matrix_sync(fb, bf(b + (std::is_same_v<FB, FragB> ? k * ldb : k)), ldb);
+    wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, E, LayoutA> fa;
+    wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, E, LayoutB> fb;
+    wmma::load_matrix_sync(fa, reinterpret_cast<const E*>(a + (a_rows ? k : k * lda)), lda);
+    wmma::load_matrix_sync(fb, reinterpret_cast<const E*>(b + (b_rows ? k * ldb : k)), ldb);
     wmma::mma_sync(acc, fa, fb, acc);
   }
 }
-
 // The two of a 64 x 64 score tile's 16 fragments that a warp computes, as (row, column)
 // fragment indices: row warp / 2, columns 2 (warp % 2) + f, f = 0, 1.
 __device__ __forceinline__ int score_frag_row() { return threadIdx.x / 32 / 2; }
 __device__ __forceinline__ int score_frag_col(int f) { return 2 * (threadIdx.x / 32 % 2) + f; }
 
-template <int kHp>
+template <typename S, int kHp>
 __global__ void __launch_bounds__(kThreads)
-    tc_forward_kernel(uint16_t* out, float* lse, const uint16_t* qkv, int T, int NH, int hs,
-                      float scale) {
+    tc_forward_kernel(S* out, float* lse, const S* qkv, int T, int NH, int hs, float scale) {
+  using E = typename WmmaType<S>::type;
   constexpr int kChunks = kHp / kSide, ldh = tc_head_stride(kHp), ldo = tc_acc_stride(kHp);
   constexpr int lds = kTcScoreStride, ldp = kTcProbStride;
   constexpr int kOutFrags = (kTile / kFrag) * (kHp / kFrag);
-  uint16_t* Qs = reinterpret_cast<uint16_t*>(shared_base());     // [kTile][ldh] bf16
-  uint16_t* Ks = Qs + kTile * ldh;                               // [kTile][ldh] bf16
-  uint16_t* Vs = Ks + kTile * ldh;                               // [kTile][ldh] bf16
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(shared_base());     // [kTile][ldh] as S
+  uint16_t* Ks = Qs + kTile * ldh;                               // [kTile][ldh] as S
+  uint16_t* Vs = Ks + kTile * ldh;                               // [kTile][ldh] as S
   float* Ss = reinterpret_cast<float*>(Vs + kTile * ldh);        // [kTile][lds] scores
-  uint16_t* Ps = reinterpret_cast<uint16_t*>(Ss + kTile * lds);  // [kTile][ldp] exp(s - m), bf16
+  uint16_t* Ps = reinterpret_cast<uint16_t*>(Ss + kTile * lds);  // [kTile][ldp] exp(s - m) as S
   float* Os = reinterpret_cast<float*>(Ps + kTile * ldp);        // [kTile][ldo] accumulator
   const int C = NH * hs, bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int qb = gridDim.y - 1 - blockIdx.y, q0 = qb * kBlockQ;
   const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide, warp = threadIdx.x / 32;
 
   load_tile<kHp, ldh>(Qs, q0, T, hs,
-                      [&](int t, int d) { return qkv[qkv_index(b, t, 0, h, d, T, C, hs)]; });
+                      [&](int t, int d) { return bits(qkv[qkv_index(b, t, 0, h, d, T, C, hs)]); });
   for (int i = threadIdx.x; i < kTile * ldo; i += kThreads) Os[i] = 0.0f;
   float m[kPerThread], l[kPerThread];
 #pragma unroll
@@ -397,10 +415,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int kb = 0; kb < kb_end; ++kb) {
     const int k0 = kb * kBlockK;
     __syncthreads();  // the previous tile's reads of Ks, Vs, Ps and Os are done
-    load_tile<kHp, ldh>(Ks, k0, T, hs,
-                        [&](int t, int d) { return qkv[qkv_index(b, t, 1, h, d, T, C, hs)]; });
-    load_tile<kHp, ldh>(Vs, k0, T, hs,
-                        [&](int t, int d) { return qkv[qkv_index(b, t, 2, h, d, T, C, hs)]; });
+    load_tile<kHp, ldh>(
+        Ks, k0, T, hs, [&](int t, int d) { return bits(qkv[qkv_index(b, t, 1, h, d, T, C, hs)]); });
+    load_tile<kHp, ldh>(
+        Vs, k0, T, hs, [&](int t, int d) { return bits(qkv[qkv_index(b, t, 2, h, d, T, C, hs)]); });
     __syncthreads();
 
     // S = Q K^T (K read column-major as K^T).
@@ -409,13 +427,13 @@ __global__ void __launch_bounds__(kThreads)
       const int fr = score_frag_row(), fc = score_frag_col(f);
       FragC acc;
       wmma::fill_fragment(acc, 0.0f);
-      mma<FragA, FragBt, kHp>(acc, Qs + fr * kFrag * ldh, ldh, Ks + fc * kFrag * ldh, ldh);
+      mma<E, Rows, Cols, kHp>(acc, Qs + fr * kFrag * ldh, ldh, Ks + fc * kFrag * ldh, ldh);
       wmma::store_matrix_sync(Ss + fr * kFrag * lds + fc * kFrag, acc, lds, wmma::mem_row_major);
     }
     __syncthreads();
 
-    // Online softmax per row, as simt_forward_kernel; P enters the product rounded to bf16,
-    // the row sum adds the unrounded values.
+    // Online softmax per row, as simt_forward_kernel; P enters the product rounded to S, the
+    // row sum adds the unrounded values.
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
       const int r = ty + kSide * i, q = q0 + r;
@@ -432,7 +450,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kPerThread; ++j) {
         const float p = block_prob(s[j], m_new);
-        Ps[r * ldp + tx + kSide * j] = narrow<uint16_t>(p);
+        Ps[r * ldp + tx + kSide * j] = narrow_bits<S>(p);
         sum += p;
       }
       l[i] = alpha * l[i] + row_sum(sum);
@@ -447,7 +465,7 @@ __global__ void __launch_bounds__(kThreads)
       const int fr = f / (kHp / kFrag), fc = f % (kHp / kFrag);
       FragC acc;
       wmma::load_matrix_sync(acc, Os + fr * kFrag * ldo + fc * kFrag, ldo, wmma::mem_row_major);
-      mma<FragA, FragB, kTile>(acc, Ps + fr * kFrag * ldp, ldp, Vs + fc * kFrag, ldh);
+      mma<E, Rows, Rows, kTile>(acc, Ps + fr * kFrag * ldp, ldp, Vs + fc * kFrag, ldh);
       wmma::store_matrix_sync(Os + fr * kFrag * ldo + fc * kFrag, acc, ldo, wmma::mem_row_major);
     }
   }
@@ -460,7 +478,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int d = tx + kSide * c;
-      if (d < hs) out[btc_index(b, q, h, d, T, C, hs)] = narrow<uint16_t>(Os[r * ldo + d] / l[i]);
+      if (d < hs) out[btc_index(b, q, h, d, T, C, hs)] = narrow<S>(Os[r * ldo + d] / l[i]);
     }
     if (tx == 0) lse[row_index(bh, q, T)] = row_lse(m[i], l[i]);
   }
@@ -482,22 +500,23 @@ __device__ void add_tile(float* dqkv, const float* tile, float factor, int part,
   }
 }
 
-template <int kHp>
+template <typename S, int kHp>
 __global__ void __launch_bounds__(kThreads)
-    tc_backward_kernel(float* dqkv, const float* dout, const uint16_t* qkv, const float* lse,
+    tc_backward_kernel(float* dqkv, const float* dout, const S* qkv, const float* lse,
                        const float* dsum, int T, int NH, int hs, float scale) {
+  using E = typename WmmaType<S>::type;
   constexpr int ldh = tc_head_stride(kHp), ldo = tc_acc_stride(kHp);
   constexpr int lds = kTcScoreStride, ldp = kTcProbStride;
   constexpr int kAccFrags = (kTile / kFrag) * (kHp / kFrag);  // fragments of a 64 x kHp tile
   constexpr int kMine = (kAccFrags + kWarps - 1) / kWarps;    // ... that one warp owns
-  uint16_t* Ks = reinterpret_cast<uint16_t*>(shared_base());  // [kTile][ldh] bf16
+  uint16_t* Ks = reinterpret_cast<uint16_t*>(shared_base());  // [kTile][ldh] as S
   uint16_t* Vs = Ks + kTile * ldh;
   uint16_t* Qs = Vs + kTile * ldh;
   uint16_t* dOs = Qs + kTile * ldh;
   float* Ss = reinterpret_cast<float*>(dOs + kTile * ldh);        // [kTile][lds] S^T (key rows)
   float* dPs = Ss + kTile * lds;                                  // [kTile][lds] dP^T
-  uint16_t* Ps = reinterpret_cast<uint16_t*>(dPs + kTile * lds);  // [kTile][ldp] P^T, bf16
-  uint16_t* dSs = Ps + kTile * ldp;                               // [kTile][ldp] dS^T, bf16
+  uint16_t* Ps = reinterpret_cast<uint16_t*>(dPs + kTile * lds);  // [kTile][ldp] P^T as S
+  uint16_t* dSs = Ps + kTile * ldp;                               // [kTile][ldp] dS^T as S
   float* Rs = reinterpret_cast<float*>(dSs + kTile * ldp);  // [kTile][ldo] dQ; dK, dV at the end
   float* lse_s = Rs + kTile * ldo;                          // [kTile]
   float* d_s = lse_s + kTile;                               // [kTile]
@@ -506,9 +525,9 @@ __global__ void __launch_bounds__(kThreads)
   const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide, warp = threadIdx.x / 32;
 
   load_tile<kHp, ldh>(Ks, k0, T, hs,
-                      [&](int t, int d) { return qkv[qkv_index(b, t, 1, h, d, T, C, hs)]; });
+                      [&](int t, int d) { return bits(qkv[qkv_index(b, t, 1, h, d, T, C, hs)]); });
   load_tile<kHp, ldh>(Vs, k0, T, hs,
-                      [&](int t, int d) { return qkv[qkv_index(b, t, 2, h, d, T, C, hs)]; });
+                      [&](int t, int d) { return bits(qkv[qkv_index(b, t, 2, h, d, T, C, hs)]); });
   FragC dk[kMine], dv[kMine];
 #pragma unroll
   for (int n = 0; n < kMine; ++n) {
@@ -520,10 +539,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int qb = query_block_begin(kb); qb < qb_end; ++qb) {
     const int q0 = qb * kBlockQ;
     __syncthreads();  // the previous tile's reads of Qs, dOs, Ps, dSs, Rs, lse_s and d_s are done
-    load_tile<kHp, ldh>(Qs, q0, T, hs,
-                        [&](int t, int d) { return qkv[qkv_index(b, t, 0, h, d, T, C, hs)]; });
+    load_tile<kHp, ldh>(
+        Qs, q0, T, hs, [&](int t, int d) { return bits(qkv[qkv_index(b, t, 0, h, d, T, C, hs)]); });
     load_tile<kHp, ldh>(dOs, q0, T, hs, [&](int t, int d) {
-      return narrow<uint16_t>(dout[btc_index(b, t, h, d, T, C, hs)]);
+      return narrow_bits<S>(dout[btc_index(b, t, h, d, T, C, hs)]);
     });
     for (int r = threadIdx.x; r < kTile; r += kThreads) {
       const int q = q0 + r;
@@ -538,15 +557,15 @@ __global__ void __launch_bounds__(kThreads)
       const int fr = score_frag_row(), fc = score_frag_col(f);
       FragC acc;
       wmma::fill_fragment(acc, 0.0f);
-      mma<FragA, FragBt, kHp>(acc, Ks + fr * kFrag * ldh, ldh, Qs + fc * kFrag * ldh, ldh);
+      mma<E, Rows, Cols, kHp>(acc, Ks + fr * kFrag * ldh, ldh, Qs + fc * kFrag * ldh, ldh);
       wmma::store_matrix_sync(Ss + fr * kFrag * lds + fc * kFrag, acc, lds, wmma::mem_row_major);
       wmma::fill_fragment(acc, 0.0f);
-      mma<FragA, FragBt, kHp>(acc, Vs + fr * kFrag * ldh, ldh, dOs + fc * kFrag * ldh, ldh);
+      mma<E, Rows, Cols, kHp>(acc, Vs + fr * kFrag * ldh, ldh, dOs + fc * kFrag * ldh, ldh);
       wmma::store_matrix_sync(dPs + fr * kFrag * lds + fc * kFrag, acc, lds, wmma::mem_row_major);
     }
     __syncthreads();
 
-    // P^T and dS^T, rounded to bf16 as the products take them (keys ty + 16 i, queries
+    // P^T and dS^T, rounded to S as the products take them (keys ty + 16 i, queries
     // tx + 16 j).
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i)
@@ -556,8 +575,8 @@ __global__ void __launch_bounds__(kThreads)
         const float p = visible(q0 + qc, k0 + kr, T)
                             ? recomputed_prob(Ss[kr * lds + qc] * scale, lse_s[qc])
                             : 0.0f;
-        Ps[kr * ldp + qc] = narrow<uint16_t>(p);
-        dSs[kr * ldp + qc] = narrow<uint16_t>(score_grad(p, dPs[kr * lds + qc], d_s[qc]));
+        Ps[kr * ldp + qc] = narrow_bits<S>(p);
+        dSs[kr * ldp + qc] = narrow_bits<S>(score_grad(p, dPs[kr * lds + qc], d_s[qc]));
       }
     __syncthreads();
 
@@ -567,11 +586,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int n = 0; n < kMine; ++n) {
       const int f = warp + n * kWarps, fr = f / (kHp / kFrag), fc = f % (kHp / kFrag);
       if (f >= kAccFrags) break;
-      mma<FragA, FragB, kTile>(dv[n], Ps + fr * kFrag * ldp, ldp, dOs + fc * kFrag, ldh);
-      mma<FragA, FragB, kTile>(dk[n], dSs + fr * kFrag * ldp, ldp, Qs + fc * kFrag, ldh);
+      mma<E, Rows, Rows, kTile>(dv[n], Ps + fr * kFrag * ldp, ldp, dOs + fc * kFrag, ldh);
+      mma<E, Rows, Rows, kTile>(dk[n], dSs + fr * kFrag * ldp, ldp, Qs + fc * kFrag, ldh);
       FragC dq;
       wmma::fill_fragment(dq, 0.0f);
-      mma<FragAt, FragB, kTile>(dq, dSs + fr * kFrag, ldp, Ks + fc * kFrag, ldh);
+      mma<E, Cols, Rows, kTile>(dq, dSs + fr * kFrag, ldp, Ks + fc * kFrag, ldh);
       wmma::store_matrix_sync(Rs + fr * kFrag * ldo + fc * kFrag, dq, ldo, wmma::mem_row_major);
     }
     __syncthreads();
@@ -611,10 +630,10 @@ void launch_forward(FlashKernel kernel, void* out, float* lse, const void* qkv, 
                     int NH, int hs, cudaStream_t stream) {
   const dim3 grid(unsigned(B * NH), unsigned(num_blocks(T, kBlockQ)));
   const float scale = softmax_scale(hs);
-  if constexpr (std::is_same_v<S, uint16_t>) {
+  if constexpr (!std::is_same_v<S, float>) {
     if (kernel == FlashKernel::tensor_core) {
-      launch(tc_forward_kernel<kHp>, grid, tc_forward_smem_bytes(kHp), stream,
-             static_cast<uint16_t*>(out), lse, static_cast<const uint16_t*>(qkv), T, NH, hs, scale);
+      launch(tc_forward_kernel<S, kHp>, grid, tc_forward_smem_bytes(kHp), stream,
+             static_cast<S*>(out), lse, static_cast<const S*>(qkv), T, NH, hs, scale);
       return;
     }
   }
@@ -638,11 +657,10 @@ void launch_backward(FlashKernel kernel, float* dqkv, const float* dout, const v
   CUDA_CHECK(cudaGetLastError());
   const dim3 grid(unsigned(B * NH), unsigned(num_blocks(T, kBlockK)));
   const float scale = softmax_scale(hs);
-  if constexpr (std::is_same_v<S, uint16_t>) {
+  if constexpr (!std::is_same_v<S, float>) {
     if (tc) {
-      launch(tc_backward_kernel<kHp>, grid, tc_backward_smem_bytes(kHp), stream, dqkv, dout,
-             static_cast<const uint16_t*>(qkv), lse, static_cast<const float*>(dsum), T, NH, hs,
-             scale);
+      launch(tc_backward_kernel<S, kHp>, grid, tc_backward_smem_bytes(kHp), stream, dqkv, dout,
+             static_cast<const S*>(qkv), lse, static_cast<const float*>(dsum), T, NH, hs, scale);
       return;
     }
   }
@@ -658,8 +676,9 @@ void dispatch(const char* fn_name, DType dt, FlashKernel kernel, int C, int NH, 
   if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16)
     throw std::invalid_argument(std::string(fn_name) +
                                 ": storage must be fp32, bf16 or fp16, got " + dtype_name(dt));
-  if (kernel == FlashKernel::tensor_core && dt != DType::bf16)
-    throw std::invalid_argument(std::string(fn_name) + ": the tensor-core kernel takes bf16 only");
+  if (kernel == FlashKernel::tensor_core && dt == DType::f32)
+    throw std::invalid_argument(std::string(fn_name) +
+                                ": the tensor-core kernel takes bf16 or fp16 storage, not fp32");
   auto with_head = [&]<typename S>() {
     switch (padded_head_size(hs)) {
       case 16:

@@ -5,8 +5,9 @@
 // core/cuda/flash_tiling.h; host twin: core/cuda/flash_twin.h). All device pointers; both
 // functions launch on STREAM and return without waiting, and allocate nothing. DT is the
 // storage of qkv and out: f32, bf16 or f16 (widened on load; out rounded to nearest even as
-// core/dtype.h). KERNEL: simt (fp32 arithmetic, any storage) or tensor_core (bf16
-// products with fp32 accumulation, bf16 only). Head size C / NH in [1, flash::kMaxHeadSize].
+// core/dtype.h). KERNEL: simt (fp32 arithmetic, any storage) or tensor_core (products on
+// 16-bit operands of the storage type with fp32 accumulation; bf16 or fp16 storage, not
+// fp32). Head size C / NH in [1, flash::kMaxHeadSize].
 // Bad arguments throw std::invalid_argument. Declared only in builds with the CUDA backend.
 #pragma once
 
@@ -18,9 +19,9 @@
 
 namespace ringstep::cuda {
 
-// The kernel the backend runs for storage DT: tensor cores for bf16, SIMT for fp32 and fp16.
+// The kernel the backend runs for storage DT: tensor cores for bf16 and fp16, SIMT for fp32.
 inline flash::FlashKernel flash_kernel_for(DType dt) {
-  return dt == DType::bf16 ? flash::FlashKernel::tensor_core : flash::FlashKernel::simt;
+  return dt == DType::f32 ? flash::FlashKernel::simt : flash::FlashKernel::tensor_core;
 }
 
 // out (B, T, C) = causal softmax(q k^T / sqrt(hs)) v, heads side by side, stored as DT;

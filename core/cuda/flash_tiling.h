@@ -17,13 +17,29 @@
 // since visible keys satisfy k <= q < T.
 //
 // Two kernels do this arithmetic (FlashKernel), and where they round differs:
-// - simt: fp32 multiply-adds on fp32 tiles, for fp32 and bf16 storage. Only the output is
-//   rounded to the storage dtype.
-// - tensor_core: the five products on tensor cores (WMMA, bf16 operands, fp32
-//   accumulation), bf16 storage only. Their bf16 operands round, besides the output: P in
-//   forward (the row sum l adds the unrounded values), dO in backward (D too), and P and
-//   dS where they enter backward's products, as the CPU's bf16 attention rounds P, dO
-//   and dS (core/cpu/attention16.h).
+// - simt: fp32 multiply-adds on fp32 tiles, for any storage (the backend runs it for fp32).
+//   Only the output is rounded to the storage dtype.
+// - tensor_core: the five products on tensor cores (WMMA, 16-bit operands of the storage
+//   dtype, fp32 accumulation), for bf16 and fp16 storage (not fp32). Their 16-bit operands
+//   round to the storage dtype (to nearest even, as core/dtype.h), besides the output: P in
+//   forward (the row sum l adds the unrounded values), dO in backward (D too), and P and dS
+//   where they enter backward's products, as the CPU's 16-bit attention rounds P, dO and dS
+//   (core/cpu/attention16.h). q, k and v are stored values already; scores, the softmax,
+//   its row statistics, the LSE and every accumulator are fp32.
+// fp16's range (largest finite 65504, from 65520 on inf; subnormals from 2^-24 to 2^-14, so
+// magnitudes up to 2^-25 round to zero and those below 2^-14 keep an absolute error up to
+// 2^-25), value by value (bf16 has fp32's exponent range: none of this applies to it):
+// - out is a convex combination of stored v rows (up to P's rounding): within v's range.
+// - P lies in [0, 1]: no overflow. Small probabilities lose bits or flush to zero, an
+//   absolute error up to 2^-25 each. Forward rounds exp(s - m) under the running max m
+//   (>= the normalised P, by up to the row's sum l), the CPU the normalised P (its stored
+//   att), so forward's P underflows less here than on the CPU; backward rounds the
+//   normalised P = exp(s - lse), the value the CPU rounds.
+// - dO and dS carry the loss scale: beyond 65504 they round to +-inf, the gradient comes out
+//   inf or NaN, and the loss scaler skips the step and lowers its scale, as on the CPU,
+//   whose fp16 attention rounds the same dO and the same dS = P (dP - D) (computed there as
+//   P (dP - sum P dP), equal but for fp32 rounding). Below 2^-25 they flush to zero, as any
+//   fp16 gradient does; raising them out of that range is the loss scale's job.
 #pragma once
 
 #include <math.h>
@@ -107,7 +123,7 @@ RINGSTEP_HD constexpr size_t simt_backward_smem_bytes(int hp) {
   return 4 * (size_t(2 * kBlockK + 2 * kBlockQ) * simt_stride(hp) +
               size_t(kBlockK) * (kBlockQ + 1) + 2 * kBlockQ);
 }
-// tensor_core: bf16 head tiles (stride HP + 8), fp32 score tiles (kBlockK + 4), bf16
+// tensor_core: 16-bit head tiles (stride HP + 8), fp32 score tiles (kBlockK + 4), 16-bit
 // probability tiles (kBlockK + 8), fp32 head accumulators (HP + 4). Forward: Q, K, V, S,
 // P, O. Backward: K, V, Q, dO, S^T, dP^T, P^T, dS^T, dQ, and the query block's LSE and D.
 RINGSTEP_HD constexpr int tc_head_stride(int hp) { return hp + 8; }
