@@ -40,6 +40,7 @@
 //   whose fp16 attention rounds the same dO and the same dS = P (dP - D) (computed there as
 //   P (dP - sum P dP), equal but for fp32 rounding). Below 2^-25 they flush to zero, as any
 //   fp16 gradient does; raising them out of that range is the loss scale's job.
+// The host twin (core/cuda/flash_twin.h) rounds exactly these values, with core/dtype.h.
 #pragma once
 
 #include <math.h>

@@ -17,18 +17,19 @@ namespace {
 
 using namespace flash;
 
-float bf16(float x) { return bf16_to_fp32(fp32_to_bf16(x)); }
-
 // X as storage DT holds it.
 float stored(DType dt, float x) {
   if (dt != DType::f32) round_to_dtype(dt, &x, &x, 1);
   return x;
 }
 
-// Whether the tensor-core kernel's product operands (P, dO, dS) round to bf16.
-bool rounds_operands(FlashKernel kernel, DType dt) {
+// Whether KERNEL's product operands (P, dO, dS) round to the storage DT: the tensor-core
+// kernel's do (it takes bf16 and fp16), the SIMT kernel's do not.
+bool rounds_operands(const char* fn, FlashKernel kernel, DType dt) {
   if (kernel == FlashKernel::simt) return false;
-  if (dt != DType::bf16) throw std::invalid_argument("flash twin: tensor_core needs bf16 storage");
+  if (dt == DType::f32)
+    throw std::invalid_argument(std::string(fn) +
+                                ": tensor_core takes bf16 or fp16 storage, not fp32");
   return true;
 }
 
@@ -44,7 +45,7 @@ float dot(const float* a, const float* b, int hs) {
 void flash_forward_twin(DType dt, FlashKernel kernel, float* out, float* lse, const float* qkv,
                         int B, int T, int C, int NH, std::vector<FlashTile>* visited) {
   const int hs = head_size("flash_forward_twin", C, NH);
-  const bool round_p = rounds_operands(kernel, dt);
+  const bool round_p = rounds_operands("flash_forward_twin", kernel, dt);
   const float scale = 1.0f / std::sqrt(float(hs));
   std::vector<float> m(kBlockQ), l(kBlockQ), acc(size_t(kBlockQ) * hs), s(kBlockK);
   for (int bh = 0; bh < B * NH; ++bh) {
@@ -72,7 +73,7 @@ void flash_forward_twin(DType dt, FlashKernel kernel, float* out, float* lse, co
           float sum = 0.0f;
           for (int d = 0; d < hs; ++d) a[d] *= alpha;
           for (int c = 0; c < kBlockK; ++c) {
-            const float p = block_prob(s[c], m_new), pv = round_p ? bf16(p) : p;
+            const float p = block_prob(s[c], m_new), pv = round_p ? stored(dt, p) : p;
             sum += p;
             if (p == 0.0f) continue;  // masked, its key perhaps past T (the kernel's zero rows)
             const float* v = row(2, k0 + c);
@@ -92,17 +93,17 @@ void flash_forward_twin(DType dt, FlashKernel kernel, float* out, float* lse, co
   }
 }
 
-void flash_backward_twin(FlashKernel kernel, float* dqkv, const float* dout_in, const float* qkv,
-                         const float* out, const float* lse, int B, int T, int C, int NH,
-                         std::vector<FlashTile>* visited) {
+void flash_backward_twin(DType dt, FlashKernel kernel, float* dqkv, const float* dout_in,
+                         const float* qkv, const float* out, const float* lse, int B, int T, int C,
+                         int NH, std::vector<FlashTile>* visited) {
   const int hs = head_size("flash_backward_twin", C, NH);
   const float scale = 1.0f / std::sqrt(float(hs));
-  const bool round = kernel == FlashKernel::tensor_core;
-  // The tensor-core kernel reads dO as bf16, for D and both of its products.
+  const bool round = rounds_operands("flash_backward_twin", kernel, dt);
+  // The tensor-core kernel reads dO as DT, for D and both of its products.
   std::vector<float> dout_rounded;
   if (round) {
     dout_rounded.assign(dout_in, dout_in + size_t(B) * T * C);
-    for (float& x : dout_rounded) x = bf16(x);
+    round_to_dtype(dt, dout_rounded.data(), dout_rounded.data(), dout_rounded.size());
   }
   const float* dout = round ? dout_rounded.data() : dout_in;
   // The preprocessing kernel: D = rowsum(dO o O) per (head, query row).
@@ -137,8 +138,8 @@ void flash_backward_twin(FlashKernel kernel, float* dqkv, const float* dout_in, 
             const float p =
                 recomputed_prob(dot(row(0, q), row(1, k), hs) * scale, lse[row_index(bh, q, T)]);
             ds[c] = score_grad(p, dot(g, row(2, k), hs), D[row_index(bh, q, T)]);
-            const float pv = round ? bf16(p) : p;
-            if (round) ds[c] = bf16(ds[c]);  // the operand of dK and dQ
+            const float pv = round ? stored(dt, p) : p;
+            if (round) ds[c] = stored(dt, ds[c]);  // the operand of dK and dQ
             for (int d = 0; d < hs; ++d) dv[size_t(c) * hs + d] += pv * g[d];
             for (int d = 0; d < hs; ++d) dk[size_t(c) * hs + d] += ds[c] * row(0, q)[d];
           }

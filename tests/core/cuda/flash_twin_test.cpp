@@ -3,8 +3,10 @@
 // through the functions core/cuda/flash_tiling.h shares with them) against the CPU
 // attention op (core/cpu/ops.h, in double), forward and backward, on fp32 inputs and on
 // bf16- and fp16-rounded ones (then the output is rounded as the kernel stores it), odd T,
-// several head sizes, B > 1, NH > 1. Relative error ||twin - cpu|| / ||cpu|| <= 1e-5 (fp32), 1e-2
-// (16-bit); the measured errors are recorded as test properties (--gtest_output=xml).
+// several head sizes, B > 1, NH > 1. Relative error ||twin - cpu|| / ||cpu|| within
+// flash_tolerance_vs_cpu (core/cuda/flash_variants.h: 1e-5 fp32, 2u for 16-bit storage,
+// 7.8e-3 bf16 and 9.8e-4 fp16); the measured errors are recorded as test properties
+// (--gtest_output=xml).
 #include "core/cuda/flash_twin.h"
 
 #include <gtest/gtest.h>
@@ -104,8 +106,8 @@ TEST(FlashTiling, BackwardVisitsExactlyTheTilesOnOrBelowTheDiagonal) {
     std::vector<FlashTile> visited;
     std::vector<float> qkv(size_t(T) * 3 * 2, 0.5f), dqkv(qkv.size()), dout(size_t(T) * 2, 1.0f),
         out(size_t(T) * 2, 0.5f), lse(T, 1.0f);
-    flash_backward_twin(FlashKernel::simt, dqkv.data(), dout.data(), qkv.data(), out.data(),
-                        lse.data(), 1, T, 2, 1, &visited);
+    flash_backward_twin(DType::f32, FlashKernel::simt, dqkv.data(), dout.data(), qkv.data(),
+                        out.data(), lse.data(), 1, T, 2, 1, &visited);
     std::vector<FlashTile> want;  // ordered by key block, then query block
     for (int kb = 0; kb < num_blocks(T, kBlockK); ++kb)
       for (const auto& [qb, k] : live_tiles(T))
@@ -149,19 +151,59 @@ TEST(FlashTwin, RejectsHeadSizesBeyondTheKernels) {
                std::invalid_argument);  // NH does not divide C
   EXPECT_THROW(flash_forward_twin(DType::f32, FlashKernel::tensor_core, x.data(), lse.data(),
                                   x.data(), 1, 2, 4, 2),
-               std::invalid_argument);  // tensor cores take bf16 only
+               std::invalid_argument);  // tensor cores take bf16 and fp16, not fp32
+  EXPECT_THROW(flash_backward_twin(DType::f32, FlashKernel::tensor_core, x.data(), x.data(),
+                                   x.data(), x.data(), lse.data(), 1, 2, 4, 2),
+               std::invalid_argument);
+}
+
+// Where the tensor-core twin rounds, shown exactly on one-wide heads (hs 1, scale 1), for
+// each 16-bit storage: forward's P enters P v rounded to the storage dtype, backward's dO
+// too. The SIMT twin rounds neither.
+TEST(FlashTwin, TensorCoresRoundPAndDoutToTheStorageDtype) {
+  for (const DType dt : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(name(dt));
+    auto store = [dt](float x) { return rounded(dt, {x})[0]; };
+    // Query 1 sees key 0 (score 0) and key 1 (score 1, the row max): P = (e^-1, 1). With
+    // v = (1, -r), r = e^-1 as DT stores it, out = (r - r) / l = 0 exactly when P is rounded
+    // to DT, and (e^-1 - r) / l, not 0, when it is not.
+    const float r = store(std::exp(-1.0f));
+    const std::vector<float> qkv = {0, 0, 1, 1, 1, -r};  // (q, k, v) of t = 0, then t = 1
+    std::vector<float> out(2), lse(2);
+    flash_forward_twin(dt, FlashKernel::tensor_core, out.data(), lse.data(), qkv.data(), 1, 2, 1,
+                       1);
+    EXPECT_EQ(out[0], 1.0f);
+    EXPECT_EQ(out[1], 0.0f);
+    flash_forward_twin(dt, FlashKernel::simt, out.data(), lse.data(), qkv.data(), 1, 2, 1, 1);
+    EXPECT_NE(out[1], 0.0f);
+
+    // One token: P = 1, so dv = dO as the products read it; dq = dk = 0 (dS = dO v - dO out
+    // with out = v). g lies between bf16's and fp16's neighbours of 1: fp16 keeps 1 + 2^-9,
+    // bf16 rounds to 1, fp32 keeps g.
+    const float g = 1.0f + 0x1p-9f + 0x1p-13f;
+    const std::vector<float> one = {0.5f, 0.25f, 0.75f}, dout = {g};
+    std::vector<float> out1(1), lse1(1);
+    for (const FlashKernel kernel : {FlashKernel::tensor_core, FlashKernel::simt}) {
+      flash_forward_twin(dt, kernel, out1.data(), lse1.data(), one.data(), 1, 1, 1, 1);
+      std::vector<float> dqkv(3, 0.0f);
+      flash_backward_twin(dt, kernel, dqkv.data(), dout.data(), one.data(), out1.data(),
+                          lse1.data(), 1, 1, 1, 1);
+      const float want = kernel == FlashKernel::simt ? g : dt == DType::f16 ? 1.0f + 0x1p-9f : 1.0f;
+      EXPECT_EQ(dqkv, (std::vector<float>{0.0f, 0.0f, want}));
+    }
+  }
 }
 
 struct Shape {
   int B, T, C, NH;
 };
 
-// (storage, kernel): fp32 and fp16 on the SIMT kernel, bf16 on both.
+// (storage, kernel): fp32 on the SIMT kernel, bf16 and fp16 on both.
 using Variant = testing::FlashVariant;
 
 class FlashTwinVsCpu : public ::testing::TestWithParam<Variant> {
  protected:
-  double tol() const { return GetParam().first == DType::f32 ? 1e-5 : 1e-2; }
+  double tol() const { return testing::flash_tolerance_vs_cpu(GetParam().first); }
   // Forward and backward of one shape: twin against cpu::attention_* in double on the same
   // (rounded) inputs. dqkv starts from random values on both sides (the += contract).
   void check(const Shape& s, uint32_t seed) {
@@ -207,8 +249,8 @@ class FlashTwinVsCpu : public ::testing::TestWithParam<Variant> {
     cpu::attention_backward<double>(dqkv_d.data(), dout_d.data(), qkv_d.data(), att_d.data(), B, T,
                                     C, NH);
     std::vector<float> dqkv = dqkv0;
-    flash_backward_twin(kernel, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T,
-                        C, NH);
+    flash_backward_twin(dt, kernel, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B,
+                        T, C, NH);
     const double e_dqkv = rel_err(dqkv, dqkv_d);
     EXPECT_LE(e_dqkv, tol()) << "dqkv";
     // Without the random start the += would hide small gradients: the gradient alone too.
