@@ -2,13 +2,15 @@
 // heads) forward + backward on cuda, bf16 by default, through Gpt and CudaBackend; no
 // optimizer (the trainer's whole step: configs/gpt2-124m.yaml). Prints per-phase
 // milliseconds (median of the timed steps, host clock after a device synchronise), tokens/s
-// and MFU against the dense peak of the GPU in core/cuda/gpu_peak.cpp's table (bf16, or fp32
-// without TF32; FLOPs 6N + 6LCT per token, as the CPU path counts them:
+// and MFU against the dense peak of the GPU in core/cuda/gpu_peak.cpp's table (bf16 or fp16,
+// or fp32 without TF32; FLOPs 6N + 6LCT per token, as the CPU path counts them:
 // Gpt::model_flops_per_token), then one RESULT line. Then the fused attention of one layer
-// alone at the same shape (CudaBackend's attention_forward and attention_backward): ms and
-// TFLOP/s, counting the causal half only (forward 2 B T^2 C FLOPs: QK^T and PV; backward
-// 2.5 times that: QK^T, dP, dV, dK, dQ), as the ATTENTION line.
-//   ringstep_cuda_bench [B] [steps] [fp32|bf16]
+// alone at the same shape (CudaBackend's attention_forward and attention_backward), for each
+// storage dtype, whatever the step's: fp32 (the SIMT kernel), bf16 and fp16 (tensor cores,
+// core/cuda/flash_attention.h's flash_kernel_for): ms and TFLOP/s, counting the causal half
+// only (forward 2 B T^2 C FLOPs: QK^T and PV; backward 2.5 times that: QK^T, dP, dV, dK,
+// dQ), one ATTENTION line each.
+//   ringstep_cuda_bench [B] [steps] [fp32|bf16|fp16]     (bf16 by default; exit 2 otherwise)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "core/arena.h"
 #include "core/backend.h"
 #include "core/cuda/device.h"
+#include "core/cuda/flash_attention.h"
 #include "core/cuda/gpu_peak.h"
 #include "models/gpt.h"
 
@@ -69,10 +72,12 @@ void attention_bench(int B, int T, int C, int NH, int reps, DType dt) {
   for (void* p : {qkv, out, state, static_cast<void*>(dqkv), static_cast<void*>(dout)})
     cuda::device_free(p);
   const double f = median(fwd), b = median(bwd), flops = 2.0 * B * T * double(T) * C;
+  const bool tc = cuda::flash_kernel_for(dt) == cuda::flash::FlashKernel::tensor_core;
   std::printf(
-      "ATTENTION %s B=%d T=%d C=%d NH=%d, one layer: forward %.3f ms (%.1f TFLOP/s), "
+      "ATTENTION %s %s B=%d T=%d C=%d NH=%d, one layer: forward %.3f ms (%.1f TFLOP/s), "
       "backward %.3f ms (%.1f TFLOP/s)\n",
-      dtype_name(dt), B, T, C, NH, f, flops / f / 1e9, b, 2.5 * flops / b / 1e9);
+      dtype_name(dt), tc ? "tensor_core" : "simt", B, T, C, NH, f, flops / f / 1e9, b,
+      2.5 * flops / b / 1e9);
 }
 
 int run(int B, int steps, DType dt) {
@@ -120,7 +125,8 @@ int run(int B, int steps, DType dt) {
   std::printf("RESULT %s B=%d T=%d: %.1f ms/step, %.0f tok/s, %.1f TFLOP/s, MFU %.1f%% of %.0f\n",
               dtype_name(dt), B, T, step, tok_s, achieved, peak > 0 ? 100 * achieved / peak : 0.0,
               peak);
-  attention_bench(B, T, m.d_model, m.n_heads, steps, dt);
+  for (const DType adt : {DType::f32, DType::bf16, DType::f16})
+    attention_bench(B, T, m.d_model, m.n_heads, steps, adt);
   return 0;
 }
 
@@ -130,8 +136,13 @@ int run(int B, int steps, DType dt) {
 int main(int argc, char** argv) {
   const int B = argc > 1 ? std::atoi(argv[1]) : 16;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
-  const ringstep::DType dt = argc > 3 && std::string(argv[3]) == "fp32" ? ringstep::DType::f32
-                                                                        : ringstep::DType::bf16;
+  ringstep::DType dt = ringstep::DType::bf16;
+  try {
+    if (argc > 3) dt = ringstep::parse_dtype(argv[3]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ringstep_cuda_bench: %s\n", e.what());
+    return 2;
+  }
   try {
     return ringstep::run(B, steps, dt);
   } catch (const std::exception& e) {

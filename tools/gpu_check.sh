@@ -32,7 +32,7 @@ cuda_tests     30  testbin   ringstep_cuda_tests: CUDA ops vs their CPU twins
 memcheck       35  testbin   compute-sanitizer --tool memcheck on the op tests
 tiny           20  ringstep  configs/tiny.yaml fp32: first 10 losses, cuda vs cpu
 gpt2           45  ringstep  configs/gpt2-124m.yaml bf16 T 1024: tok/s, MFU, phases, memory
-cuda_bench     15  benchbin  ringstep_cuda_bench: GPT-2 124M forward + backward only
+cuda_bench     15  benchbin  ringstep_cuda_bench: GPT-2 124M forward + backward; attention fp32, bf16, fp16
 nccl           15  ncclbin   nccl_mpitest: our device ring vs ncclAllReduce, 1 rank; 2 ranks on one GPU
 staged         35  ringstep  2 ranks on the GPU via MPI staging: = 1 rank x 2B; exposed comm, overlap on/off
 nccl_train     20  ringstep  comm.backend nccl: 1 rank = no comm (tiny fp32); 2 NCCL ranks on one GPU

@@ -12,7 +12,7 @@ bookkeeping commands keep $OUT/results.json current after every stage.
   memcheck LOG RC                                    compute-sanitizer's verdict
   losses CPU_RUN CUDA_RUN TOL                        first 10 losses, max |cuda - cpu| <= TOL
   speed RUN LOG [MEMFILE MEMBASE]                    trainer: tok/s, MFU, phases, memory
-  bench LOG                                          ringstep_cuda_bench's RESULT line
+  bench LOG                                          ringstep_cuda_bench's RESULT and ATTENTION lines
   torch LOG [MEMFILE MEMBASE]                        tools/torch_gpt2_bench.py's RESULT line
   compare METRICS_DIR                                ringstep vs PyTorch eager and compile
   outfiles DIR MAX                                   the files the device tool brings back
@@ -390,6 +390,10 @@ RESULT_RE = re.compile(r"^RESULT (.*?): ([0-9.]+) ms/step, ([0-9.]+) tok/s, ([0-
                        r"MFU ([0-9.]+)% of ([0-9.]+)", re.M)
 
 
+ATTENTION_RE = re.compile(r"^ATTENTION (\S+) (\S+) .*: forward ([0-9.]+) ms \(([0-9.]+) TFLOP/s\), "
+                          r"backward ([0-9.]+) ms \(([0-9.]+) TFLOP/s\)", re.M)
+
+
 def bench(log):
     text = open(log, errors="replace").read() if os.path.exists(log) else ""
     m = RESULT_RE.search(text)
@@ -401,8 +405,18 @@ def bench(log):
     what, ms, tok, tf, mfu, peak = m.groups()
     metrics = {"what": what, "step_ms": float(ms), "tokens_per_s": float(tok),
                "tflops": float(tf), "mfu": float(mfu) / 100, "peak_tflops": float(peak)}
-    return out("ok", f"{what}: fwd+bwd {float(ms):.1f} ms, {float(tok):.0f} tok/s, MFU {mfu}%",
-               metrics)
+    detail = f"{what}: fwd+bwd {float(ms):.1f} ms, {float(tok):.0f} tok/s, MFU {mfu}%"
+    # One layer's fused attention per storage dtype (fp32 SIMT, bf16 and fp16 tensor cores).
+    attention = {}
+    for dt, kernel, f_ms, f_tf, b_ms, b_tf in ATTENTION_RE.findall(text):
+        attention[dt] = {"kernel": kernel, "forward_ms": float(f_ms),
+                         "forward_tflops": float(f_tf), "backward_ms": float(b_ms),
+                         "backward_tflops": float(b_tf)}
+    if attention:
+        metrics["attention"] = attention
+        detail += "; attention fwd/bwd ms " + ", ".join(
+            f"{dt} {a['forward_ms']:.2f}/{a['backward_ms']:.2f}" for dt, a in attention.items())
+    return out("ok", detail, metrics)
 
 
 def torch_result(log, memfile="", membase="0"):
