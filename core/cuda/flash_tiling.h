@@ -40,7 +40,10 @@
 //   whose fp16 attention rounds the same dO and the same dS = P (dP - D) (computed there as
 //   P (dP - sum P dP), equal but for fp32 rounding). Below 2^-25 they flush to zero, as any
 //   fp16 gradient does; raising them out of that range is the loss scale's job.
-// The host twin (core/cuda/flash_twin.h) rounds exactly these values, with core/dtype.h.
+// The host twin (core/cuda/flash_twin.h) rounds exactly these values, with core/dtype.h. It
+// is held to the CPU op on any machine (tests/core/cuda/flash_twin_test.cpp); the kernels
+// are held to it only on a GPU (flash_attention_cudatest.cpp), which the fp16 tensor-core
+// kernel has yet to see.
 #pragma once
 
 #include <math.h>
