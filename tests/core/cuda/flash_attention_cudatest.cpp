@@ -7,7 +7,7 @@
 // dqkv within flash_tolerance_vs_twin (1e-5 fp32; u, 3.9e-3 bf16 and 4.9e-4 fp16: an fp32
 // last-bit difference can round a 16-bit value, P, dS or out, to its neighbour). The
 // backward twin runs on the kernel's own out and LSE, so each direction is checked on its
-// own. Skips without a GPU.
+// own. Skips without a GPU, except the backend's choice of kernel (host code).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,6 +38,13 @@ TEST(FlashKernels, SkippedWithoutCuda) { GTEST_SKIP() << testing::cuda_skip_reas
 #else
 
 using flash::FlashKernel;
+
+// The kernel CudaBackend runs for each storage (host code: runs without a device).
+TEST(FlashKernelFor, TensorCoresFor16BitStorageSimtForFp32) {
+  EXPECT_EQ(flash_kernel_for(DType::f32), FlashKernel::simt);
+  EXPECT_EQ(flash_kernel_for(DType::bf16), FlashKernel::tensor_core);
+  EXPECT_EQ(flash_kernel_for(DType::f16), FlashKernel::tensor_core);
+}
 
 template <typename Want>
 double rel_err(const std::vector<float>& got, const std::vector<Want>& want) {
