@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 #include <set>
@@ -20,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cpu/attention16.h"
 #include "core/cpu/ops.h"
 #include "core/cuda/attention_layout.h"
 #include "core/cuda/flash_tiling.h"
@@ -192,6 +194,41 @@ TEST(FlashTwin, TensorCoresRoundPAndDoutToTheStorageDtype) {
       EXPECT_EQ(dqkv, (std::vector<float>{0.0f, 0.0f, want}));
     }
   }
+}
+
+// flash_tiling.h's range contract for fp16: a loss-scaled dO past 65504 rounds to inf where
+// it enters the tensor-core products, so the gradient is not finite (the loss scaler's cue
+// to skip the step), as with the CPU's fp16 attention, which rounds the same dO; bf16 holds
+// it, and the SIMT kernel, which does not round dO, stays finite.
+TEST(FlashTwin, Fp16DoutPastItsRangeLeavesTheGradientNonFiniteAsOnTheCpu) {
+  const int B = 1, T = 5, C = 8, NH = 2;
+  const size_t nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C;
+  const std::vector<float> dout(nout, 1e5f);  // a gradient of ~1.5 under a scale of 65536
+  auto finite = [](const std::vector<float>& v) {
+    for (float x : v)
+      if (!std::isfinite(x)) return false;
+    return true;
+  };
+  auto twin_grad = [&](DType dt, FlashKernel kernel) {
+    const std::vector<float> qkv = rounded(dt, normal_values(nqkv, 3));
+    std::vector<float> out(nout), lse(size_t(B) * NH * T), dqkv(nqkv, 0.0f);
+    flash_forward_twin(dt, kernel, out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    flash_backward_twin(dt, kernel, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B,
+                        T, C, NH);
+    return dqkv;
+  };
+  EXPECT_FALSE(finite(twin_grad(DType::f16, FlashKernel::tensor_core)));
+  EXPECT_TRUE(finite(twin_grad(DType::bf16, FlashKernel::tensor_core)));
+  EXPECT_TRUE(finite(twin_grad(DType::f16, FlashKernel::simt)));
+
+  const std::vector<float> qkv = normal_values(nqkv, 3);
+  std::vector<uint16_t> qkv16(nqkv), out16(nout), att16(size_t(B) * NH * T * T);
+  fp32_to_fp16(qkv.data(), qkv16.data(), nqkv);
+  cpu::attention_forward16(DType::f16, out16.data(), att16.data(), qkv16.data(), B, T, C, NH);
+  std::vector<float> dqkv(nqkv, 0.0f);
+  cpu::attention_backward16(DType::f16, dqkv.data(), dout.data(), qkv16.data(), att16.data(), B, T,
+                            C, NH);
+  EXPECT_FALSE(finite(dqkv));
 }
 
 struct Shape {
