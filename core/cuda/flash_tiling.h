@@ -31,15 +31,15 @@
 // 2^-25), value by value (bf16 has fp32's exponent range: none of this applies to it):
 // - out is a convex combination of stored v rows (up to P's rounding): within v's range.
 // - P lies in [0, 1]: no overflow. Small probabilities lose bits or flush to zero, an
-//   absolute error up to 2^-25 each. Forward rounds exp(s - m) under the running max m
-//   (>= the normalised P, by up to the row's sum l), the CPU the normalised P (its stored
-//   att), so forward's P underflows less here than on the CPU; backward rounds the
-//   normalised P = exp(s - lse), the value the CPU rounds.
+//   absolute error up to 2^-25 each. Forward rounds exp(s - m) under the running max m,
+//   never below the normalised P = exp(s - lse) that the CPU rounds (its stored att), so
+//   forward's P underflows less here than on the CPU; backward rounds the normalised P,
+//   the value the CPU rounds.
 // - dO and dS carry the loss scale: beyond 65504 they round to +-inf, the gradient comes out
 //   inf or NaN, and the loss scaler skips the step and lowers its scale, as on the CPU,
 //   whose fp16 attention rounds the same dO and the same dS = P (dP - D) (computed there as
-//   P (dP - sum P dP), equal but for fp32 rounding). Below 2^-25 they flush to zero, as any
-//   fp16 gradient does; raising them out of that range is the loss scale's job.
+//   P (dP - sum P dP), equal but for fp32 rounding). Magnitudes up to 2^-25 flush to zero,
+//   as any fp16 gradient's do; raising them out of that range is the loss scale's job.
 // The host twin (core/cuda/flash_twin.h) rounds exactly these values, with core/dtype.h. It
 // is held to the CPU op on any machine (tests/core/cuda/flash_twin_test.cpp); the kernels
 // are held to it only on a GPU (flash_attention_cudatest.cpp), which the fp16 tensor-core
