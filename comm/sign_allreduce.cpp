@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -13,13 +12,15 @@
 #include <immintrin.h>
 #endif
 
+#include "comm/sign_code.h"
+
 namespace ringstep {
 namespace {
 
 // Sums run in this many independent lanes (element i in lane i mod kLanes), combined in lane
 // order at the end: a fixed order, so results are reproducible, that the compiler can
 // vectorise.
-constexpr size_t kLanes = 16;
+constexpr size_t kLanes = sign_code::kLanes;
 static_assert(kScaleRun % kLanes == 0 && kScaleRun % kSignInputPiece == 0);
 // The worker stage codes, and decode unpacks, in blocks cut at multiples of this many
 // elements of the vector and at the server chunks' edges: a multiple of 8, so that every
@@ -71,12 +72,6 @@ double run_sum(size_t n, bool abs, Value&& value) {
   return sum;
 }
 
-// The scale of N values from the sum of their runs (in run order).
-float scale_from_sum(double sum, size_t n, OneBitScale kind) {
-  if (n == 0) return 0.0f;
-  return kind == OneBitScale::mean_abs ? float(sum / double(n)) : float(std::sqrt(sum / double(n)));
-}
-
 // The scale of VALUE(0), ..., VALUE(n - 1): runs of kScaleRun summed in order.
 template <class Value>
 float scale_of(size_t n, OneBitScale kind, Value&& value) {
@@ -84,25 +79,12 @@ float scale_of(size_t n, OneBitScale kind, Value&& value) {
   for (size_t r = 0; r < n; r += kScaleRun)
     sum += run_sum(std::min(kScaleRun, n - r), kind == OneBitScale::mean_abs,
                    [&](size_t i) { return value(r + i); });
-  return scale_from_sum(sum, n, kind);
+  return sign_code::scale_from_sum(sum, n, kind == OneBitScale::mean_abs);
 }
 
-// Where everything lies. Message j (worker to server j, or server j to all) is [fp32 scale
-// of each segment that chunk j touches, in order | chunk/8 packed bytes]; every message has
-// room for the most scales any chunk needs (unused slots 0) and is rounded up to whole
-// 16-bit words (the transport moves 16-bit words; the pad byte is 0).
-struct Layout {
-  size_t count = 0;
-  std::vector<size_t> ends;           // segment ends, the last == count
-  size_t chunk = 0;                   // elements per server chunk, a multiple of 8
-  std::vector<size_t> first_segment;  // per chunk: the first segment it touches
-  size_t scale_bytes = 0;             // of one message's scale slots
-  size_t block_bytes = 0;             // one message
-  struct Run {
-    size_t begin, end;
-  };
-  std::vector<Run> runs;             // every segment's scale runs, in order
-  std::vector<size_t> segment_runs;  // segment k's runs: [segment_runs[k], segment_runs[k + 1])
+// The message format (SignLayout) and how the CPU shares its work: groups of segments and
+// code blocks.
+struct Layout : SignLayout {
   struct CodeBlock {
     int chunk;
     size_t begin, end;
@@ -119,33 +101,8 @@ struct Layout {
   // group, every block owns whole bytes of its message.
   std::vector<CodeBlock> code_blocks;
 
-  Layout(size_t n, const std::vector<size_t>& segment_ends, int nranks)
-      : count(n), ends(segment_ends), chunk(sign_chunk_elems(n, nranks)) {
-    if (ends.empty()) ends.push_back(n);
-    if (ends.back() != n || !std::is_sorted(ends.begin(), ends.end()))
-      throw std::invalid_argument("sign_allreduce: segment ends must ascend to the count");
-    size_t most = 0;
-    for (int j = 0; j < nranks; ++j) {
-      const Shard c = real(j);
-      // Segments k with ends[k] > c.offset and start < c.offset + c.count, non-empty.
-      const size_t first =
-          size_t(std::upper_bound(ends.begin(), ends.end(), c.offset) - ends.begin());
-      const size_t last =
-          c.count == 0 ? first
-                       : size_t(std::lower_bound(ends.begin(), ends.end(), c.offset + c.count) -
-                                ends.begin()) +
-                             1;
-      first_segment.push_back(first);
-      most = std::max(most, last - first);
-    }
-    scale_bytes = most * sizeof(float);
-    block_bytes = (scale_bytes + chunk / 8 + 1) / 2 * 2;
-    segment_runs.push_back(0);
-    for (size_t k = 0, start = 0; k < ends.size(); start = ends[k++]) {
-      for (size_t b = start; b < ends[k]; b += kScaleRun)
-        runs.push_back({b, std::min(ends[k], b + kScaleRun)});
-      segment_runs.push_back(runs.size());
-    }
+  Layout(size_t n, const std::vector<size_t>& segment_ends, int ranks)
+      : SignLayout(n, segment_ends, ranks) {
     for (size_t k = 0; k < ends.size(); ++k) {
       const size_t begin = k == 0 ? 0 : ends[k - 1];
       if (groups.empty() || groups.back().end - groups.back().begin >= kGroupElems)
@@ -166,39 +123,13 @@ struct Layout {
       g.block_end = code_blocks.size();
     }
   }
-  // The real (unpadded) elements of chunk j.
-  Shard real(int j) const {
-    const size_t begin = std::min(count, size_t(j) * chunk);
-    return {begin, std::min(count, begin + chunk) - begin};
-  }
-  // The byte offset of segment K's scale in a message of chunk J (K touches chunk J).
-  size_t scale_offset(int j, size_t k) const {
-    return (k - first_segment[size_t(j)]) * sizeof(float);
-  }
-  // Calls f(k, begin, end) for every non-empty part of segment k inside [begin, end).
-  template <class F>
-  void for_parts(size_t begin, size_t end, F&& f) const {
-    size_t k = size_t(std::upper_bound(ends.begin(), ends.end(), begin) - ends.begin());
-    for (size_t start = k == 0 ? 0 : ends[k - 1]; k < ends.size() && start < end;
-         start = ends[k++]) {
-      const size_t b = std::max(begin, start), e = std::min(end, ends[k]);
-      if (b < e) f(k, b, e);
-    }
-  }
 };
 
+using sign_code::packed_bit;
+using sign_code::signed_scale;
+
 float scale_at(const std::byte* block, size_t offset) {
-  float s;
-  std::memcpy(&s, block + offset, sizeof(float));
-  return s;
-}
-
-// Bit i of a message's packed chunk (i relative to the chunk's first element).
-bool negative_bit(const uint8_t* bits, size_t i) { return (bits[i / 8] >> (i % 8)) & 1u; }
-
-// +S, or -S where BIT is set (the sign code's value), without a branch.
-inline float signed_scale(float s, unsigned bit) {
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(s) ^ (uint32_t(bit) << 31));
+  return sign_code::load_scale(reinterpret_cast<const uint8_t*>(block) + offset);
 }
 
 // OUT[i] += (kAdd) or = the code's value +-S, for elements [b, e) of the packed BITS.
@@ -206,16 +137,15 @@ inline float signed_scale(float s, unsigned bit) {
 template <bool kAdd>
 void apply_code(const uint8_t* bits, size_t b, size_t e, float s, float* out) {
   auto put = [&](size_t i, unsigned bit) {
-    const float v = signed_scale(s, bit);
-    out[i] = kAdd ? out[i] + v : v;
+    out[i] = kAdd ? sign_code::add_code(out[i], s, bit) : signed_scale(s, bit);
   };
   size_t i = b;
-  for (; i < e && i % 8 != 0; ++i) put(i, negative_bit(bits, i));
+  for (; i < e && i % 8 != 0; ++i) put(i, packed_bit(bits, i));
   for (; i + 8 <= e; i += 8) {
     const unsigned byte = bits[i / 8];
     for (unsigned k = 0; k < 8; ++k) put(i + k, (byte >> k) & 1u);
   }
-  for (; i < e; ++i) put(i, negative_bit(bits, i));
+  for (; i < e; ++i) put(i, packed_bit(bits, i));
 }
 
 // Z[0, n) -= s sign(Z), the error the sign code leaves, and sign(Z) into the packed BITS
@@ -227,8 +157,8 @@ void code_and_keep_error(float* z, size_t n, float s, uint8_t* bits, size_t firs
   float norm[8] = {}, err[8] = {};
   auto one = [&](size_t i, unsigned lane) {
     const float v = z[i];
-    const unsigned neg = v < 0;
-    const float e = v - signed_scale(s, neg);
+    const unsigned neg = sign_code::negative(v);
+    const float e = sign_code::error_after(v, s);
     norm[lane] += v * v;
     err[lane] += e * e;
     z[i] = e;
@@ -323,14 +253,15 @@ void compress_worker(Add&& add, float* e, const Layout& L, int nranks, OneBitSca
         for (size_t r = L.segment_runs[size_t(k)]; r < L.segment_runs[size_t(k) + 1]; ++r)
           sum += w.run_sums[r];
         const size_t start = k == 0 ? 0 : L.ends[size_t(k) - 1], end = L.ends[size_t(k)];
-        const float scale = scale_from_sum(sum, end - start, kind);
+        const float scale = sign_code::scale_from_sum(sum, end - start, abs);
         w.scales[size_t(k)] = scale;
         for (int j = end > start ? int(start / L.chunk) : nranks;
              j < nranks && size_t(j) * L.chunk < end; ++j) {
           const Shard c = L.real(j);
           if (std::max(start, c.offset) < std::min(end, c.offset + c.count))
-            std::memcpy(send + size_t(j) * L.block_bytes + L.scale_offset(j, size_t(k)), &scale,
-                        sizeof(float));
+            sign_code::store_scale(reinterpret_cast<uint8_t*>(send) + size_t(j) * L.block_bytes +
+                                       L.scale_offset(j, size_t(k)),
+                                   scale);
         }
       }
       // nowait: the next group's passes touch other elements, and its blocks come after two
@@ -371,13 +302,14 @@ void serve_chunk(const std::byte* const* in, int nranks, const Layout& L, int j,
     });
   }
   const float n = float(nranks);
-  for (size_t i = 0; i < c.count; ++i) e[c.offset + i] = acc[i] / n + e[c.offset + i];
+  for (size_t i = 0; i < c.count; ++i)
+    e[c.offset + i] = sign_code::server_z(acc[i], n, e[c.offset + i]);
   std::memset(out, 0, L.block_bytes);
   auto* bits = reinterpret_cast<uint8_t*>(out + L.scale_bytes);
   double unused_norm = 0, unused_err = 0;
   L.for_parts(c.offset, c.offset + c.count, [&](size_t k, size_t b, size_t end) {
     const float s = sign_scale(e + b, end - b, kind);
-    std::memcpy(out + L.scale_offset(j, k), &s, sizeof(float));
+    sign_code::store_scale(reinterpret_cast<uint8_t*>(out) + L.scale_offset(j, k), s);
     code_and_keep_error(e + b, end - b, s, bits, b - c.offset, unused_norm, unused_err);
   });
 }
@@ -428,16 +360,11 @@ void pack_signs(const float* x, size_t n, uint8_t* out) {
 }
 
 void unpack_signs(const uint8_t* in, size_t n, float scale, float* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = signed_scale(scale, negative_bit(in, i));
+  for (size_t i = 0; i < n; ++i) out[i] = signed_scale(scale, packed_bit(in, i));
 }
 
 float sign_scale(const float* z, size_t n, OneBitScale kind) {
   return scale_of(n, kind, [z](size_t i) { return z[i]; });
-}
-
-size_t sign_chunk_elems(size_t count, int nranks) {
-  const size_t quantum = 8 * size_t(nranks);
-  return (count + quantum - 1) / quantum * 8;
 }
 
 size_t sign_allreduce_bytes(size_t count, const std::vector<size_t>& segment_ends, int nranks) {

@@ -49,7 +49,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "core/config.h"  // OneBitScale
+#include "comm/sign_layout.h"  // kScaleRun, sign_chunk_elems, the message format
+#include "core/config.h"       // OneBitScale
 
 namespace ringstep {
 
@@ -59,14 +60,8 @@ namespace ringstep {
 void pack_signs(const float* x, size_t n, uint8_t* out);
 void unpack_signs(const uint8_t* in, size_t n, float scale, float* out);
 
-// Elements per run of a scale's sum (see above): 64 KiB of floats.
-constexpr size_t kScaleRun = 16384;
-
 // The fp32 scale of Z[0, n) (see above); 0 when n is 0.
 float sign_scale(const float* z, size_t n, OneBitScale kind);
-
-// Elements per server chunk for COUNT elements over N ranks: round_up(count, 8 N) / N.
-size_t sign_chunk_elems(size_t count, int nranks);
 
 struct SignAllreduceStats {
   size_t bytes_sent = 0;      // this rank's point-to-point payload, both phases

@@ -1,11 +1,13 @@
-// 1-bit Adam's sign code element by element, as the GPU's kernels (comm/nccl/sign_kernels.h)
-// compute it and their CPU twins check it against comm/sign_allreduce.h's code, bit for bit:
-// the bit of an element, the +-scale it decodes to, the error it leaves (error feedback),
-// a scale's sum in its fixed order, and a warp ballot's 32 bits as packed bytes. The format
-// is comm/sign_allreduce.h's: element i is bit i mod 8 of byte i / 8, a set bit means
-// x[i] < 0 (0, -0 and NaN are +); a scale's sum runs in double over runs of kScaleRun
-// elements, each run's element i in lane i mod 16, the lanes combined in order, then the
-// run's tail, the runs added in order.
+// 1-bit Adam's sign code element by element, the one home of its arithmetic: the CPU code
+// (comm/sign_allreduce.cpp) and the GPU's kernels (comm/nccl/sign_kernels.h) call these,
+// and tests/comm/sign_code_test.cpp checks them against the CPU code, bit for bit: the bit
+// of an element, the +-scale it decodes to, the error it leaves (error feedback), a scale's
+// sum in its fixed order, a warp ballot's 32 bits as packed bytes, the server's sum over
+// ranks and its mean, and a scale's bytes in a message. The format is
+// comm/sign_allreduce.h's: element i is bit i mod 8 of byte i / 8, a set bit means x[i] < 0
+// (0, -0 and NaN are +); a scale's sum runs in double over runs of kScaleRun elements, each
+// run's element i in lane i mod 16, the lanes combined in order, then the run's tail, the
+// runs added in order.
 #pragma once
 
 #include <cmath>
@@ -65,6 +67,54 @@ RINGSTEP_HD double combine_run(const double* lane_sums, const float* z, size_t n
 RINGSTEP_HD float scale_from_sum(double sum, size_t n, bool mean_abs) {
   if (n == 0) return 0.0f;
   return mean_abs ? float(sum / double(n)) : float(sqrt(sum / double(n)));
+}
+
+// Bit I of packed BITS (element I of a message's chunk).
+RINGSTEP_HD unsigned packed_bit(const uint8_t* bits, size_t i) {
+  return (bits[i / 8] >> (i % 8)) & 1u;
+}
+
+// The server's sum over ranks, one term at a time in rank order from +0.0f: ACC plus the
+// code's value +-S of a rank's BIT.
+RINGSTEP_HD float add_code(float acc, float s, unsigned bit) { return acc + signed_scale(s, bit); }
+
+// The server's z: the mean of its N ranks' sum (fp32 division) plus its error E.
+RINGSTEP_HD float server_z(float sum, float n, float e) { return sum / n + e; }
+
+// The fp32 scale stored at P (4 little-endian bytes, any alignment: a message's scale slots
+// are 2-byte aligned), and stored there.
+RINGSTEP_HD float load_scale(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t u =
+      uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+  return __uint_as_float(u);
+#else
+  float s;
+  std::memcpy(&s, p, sizeof s);
+  return s;
+#endif
+}
+RINGSTEP_HD void store_scale(uint8_t* p, float s) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t u = __float_as_uint(s);
+  for (int b = 0; b < 4; ++b) p[b] = uint8_t(u >> (8 * b));
+#else
+  std::memcpy(p, &s, sizeof s);
+#endif
+}
+
+// The segment of element I: the first K with ENDS[K] > I (ENDS ascending, SEGMENTS of them,
+// I < ENDS[SEGMENTS - 1]).
+RINGSTEP_HD size_t segment_of(const size_t* ends, size_t segments, size_t i) {
+  size_t lo = 0, hi = segments;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (ends[mid] > i)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
 }
 
 // Byte B (0..3) of a warp's ballot WORD over elements 32w .. 32w + 31: packed byte 4w + B.
