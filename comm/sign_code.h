@@ -1,9 +1,9 @@
 // 1-bit Adam's sign code element by element, the one home of its arithmetic: the CPU code
-// (comm/sign_allreduce.cpp) and the GPU's kernels (comm/nccl/sign_kernels.h) call these,
-// and tests/comm/sign_code_test.cpp checks them against the CPU code, bit for bit: the bit
-// of an element, the +-scale it decodes to, the error it leaves (error feedback), a scale's
-// sum in its fixed order, a warp ballot's 32 bits as packed bytes, the server's sum over
-// ranks and its mean, and a scale's bytes in a message. The format is
+// (comm/sign_allreduce.cpp), the GPU's kernels (comm/nccl/sign_kernels.h) and their CPU
+// twins (comm/sign_twins.h) all call these: the bit of an element, the +-scale it decodes
+// to, the error it leaves (error feedback), a scale's sum in its fixed order, a warp
+// ballot's 32 bits as packed bytes, the server's sum over ranks and its mean, a scale's
+// bytes in a message, and what one thread of each kernel computes. The format is
 // comm/sign_allreduce.h's: element i is bit i mod 8 of byte i / 8, a set bit means x[i] < 0
 // (0, -0 and NaN are +); a scale's sum runs in double over runs of kScaleRun elements, each
 // run's element i in lane i mod 16, the lanes combined in order, then the run's tail, the
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "comm/sign_kernels.h"  // SignTables, SignRuns
 #include "core/host_device.h"
 
 namespace ringstep::sign_code {
@@ -119,5 +120,50 @@ RINGSTEP_HD size_t segment_of(const size_t* ends, size_t segments, size_t i) {
 
 // Byte B (0..3) of a warp's ballot WORD over elements 32w .. 32w + 31: packed byte 4w + B.
 RINGSTEP_HD uint8_t ballot_byte(uint32_t word, int b) { return uint8_t(word >> (8 * b)); }
+
+// What one thread of a kernel in comm/sign_kernels.h computes, for the kernel and its twin.
+
+// The scale of part P of R from its runs' sums RUN_SUMS (added in run order).
+RINGSTEP_HD float part_scale(const double* run_sums, const SignRuns& r, size_t p, bool mean_abs) {
+  const size_t first = r.part_runs[p], last = r.part_runs[p + 1];
+  double sum = 0;
+  for (size_t q = first; q < last; ++q) sum += run_sums[q];
+  const size_t n = last > first ? r.runs[2 * (last - 1) + 1] - r.runs[2 * first] : 0;
+  return scale_from_sum(sum, n, mean_abs);
+}
+
+// Message J of the buffer MSGS.
+RINGSTEP_HD const uint8_t* message(const uint8_t* msgs, const SignTables& t, int j) {
+  return msgs + size_t(j) * t.block_bytes;
+}
+
+// Where real element I's scale lies in a message of chunk J (its segment's slot), and
+// where its bit lies in the packed chunk.
+RINGSTEP_HD size_t scale_slot(const SignTables& t, int j, size_t i) {
+  return (segment_of(t.ends, t.segments, i) - t.first_segment[j]) * sizeof(float);
+}
+RINGSTEP_HD unsigned code_bit(const uint8_t* msg, const SignTables& t, int j, size_t i) {
+  return packed_bit(msg + t.scale_bytes, i - size_t(j) * t.chunk);
+}
+
+// The server's z at element I of chunk R (sign_allreduce.h's server stage): the ranks' +-
+// scales summed in rank order from +0.0f, their mean, plus the server error E.
+RINGSTEP_HD float server_element(const uint8_t* in, const uint8_t* own, const SignTables& t, int r,
+                                 size_t i, float e) {
+  const size_t slot = scale_slot(t, r, i);
+  float acc = 0.0f;
+  for (int q = 0; q < t.nranks; ++q) {
+    const uint8_t* msg = q == r ? own : message(in, t, q);
+    acc = add_code(acc, load_scale(msg + slot), code_bit(msg, t, r, i));
+  }
+  return server_z(acc, float(t.nranks), e);
+}
+
+// The decoded output at element I from the gathered server messages.
+RINGSTEP_HD float decode_element(const uint8_t* gathered, const SignTables& t, size_t i) {
+  const int j = int(i / t.chunk);
+  const uint8_t* msg = message(gathered, t, j);
+  return signed_scale(load_scale(msg + scale_slot(t, j, i)), code_bit(msg, t, j, i));
+}
 
 }  // namespace ringstep::sign_code

@@ -22,8 +22,6 @@
 #include <cuda_runtime_api.h>
 
 #include "comm/nccl/nccl_device_comm.h"
-#include "comm/nccl/sign_kernels.h"
-#include "comm/sign_allreduce.h"
 #include "core/cuda/device.h"
 #include "core/intervals.h"
 #endif
@@ -69,8 +67,9 @@ class Nccl : public ::testing::Test {
       int gpus = 0;
       cudaGetDeviceCount(&gpus);
       // Every rank sees the same refusal, so every rank skips.
-      if (world().size() > gpus) GTEST_SKIP() << "NCCL refused " << world().size()
-                                              << " ranks on " << gpus << " GPU(s): " << e.what();
+      if (world().size() > gpus)
+        GTEST_SKIP() << "NCCL refused " << world().size() << " ranks on " << gpus
+                     << " GPU(s): " << e.what();
       throw;
     }
   }
@@ -82,8 +81,8 @@ TEST_F(Nccl, RingEqualsNcclAllReduceOnIntegerValuedData) {
   for (DType dt : {DType::f32, DType::bf16, DType::f16})
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(1 << 18) + 3})
       for (size_t chunk_bytes : {size_t(0), size_t(4096)}) {
-        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " count " << count << " chunk "
-                                          << chunk_bytes);
+        SCOPED_TRACE(::testing::Message()
+                     << dtype_name(dt) << " count " << count << " chunk " << chunk_bytes);
         std::vector<float> mine(count), sum(count);
         for (size_t i = 0; i < count; ++i) {
           mine[i] = float((r + 1) * int(i % 7));  // sums stay below 2^8: exact in bf16
@@ -172,53 +171,6 @@ TEST_F(Nccl, DeviceCommReducesBucketsBehindTheComputeStream) {
       EXPECT_EQ(wrong, 0u) << name(algo) << " count " << counts[b];
       cuda::device_free(bufs[b]);
     }
-  }
-}
-
-// 1-bit Adam's worker stage on the GPU (comm/nccl/sign_kernels.h) against the host code,
-// bit for bit, on each rank's own GPU: z = x + e, the scale (both kinds), the packed signs
-// and the new error equal SignAllreduce::encode's over one segment (its error buffer),
-// sign_scale and pack_signs; a count with a partial warp, byte and run.
-TEST(SignKernels, WorkerStageHasTheHostCodesBits) {
-  if (const std::string why = nccl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-  cuda::use_local_device();
-  const size_t n = 2 * kScaleRun + 45;
-  for (OneBitScale kind : {OneBitScale::mean_abs, OneBitScale::l2}) {
-    std::vector<float> x(n), e(n);
-    for (size_t i = 0; i < n; ++i) {
-      x[i] = std::ldexp(float(int((i * 2654435761u) % 2001) - 1000), -int(i % 13));
-      e[i] = std::ldexp(float(int((i * 40503u) % 201) - 100), -12);
-    }
-    std::vector<float> z(n);
-    for (size_t i = 0; i < n; ++i) z[i] = x[i] + e[i];
-    const float ref_scale = sign_scale(z.data(), n, kind);
-    std::vector<uint8_t> ref_bits((n + 7) / 8);
-    pack_signs(z.data(), n, ref_bits.data());
-    std::vector<float> ref_error = e;
-    SignAllreduce(n, {n}, 1, 0, kind).encode(x.data(), ref_error.data());
-
-    auto* dx = static_cast<float*>(cuda::device_alloc(n * sizeof(float)));
-    auto* de = static_cast<float*>(cuda::device_alloc(n * sizeof(float)));
-    auto* runs = static_cast<double*>(cuda::device_alloc(3 * sizeof(double)));
-    auto* ds = static_cast<float*>(cuda::device_alloc(sizeof(float)));
-    auto* db = static_cast<uint8_t*>(cuda::device_alloc(ref_bits.size()));
-    cuda::copy_to_device(dx, x.data(), n * sizeof(float));
-    cuda::copy_to_device(de, e.data(), n * sizeof(float));
-    nccl::launch_add_error(dx, de, n, nullptr);
-    nccl::launch_scale(de, n, kind == OneBitScale::mean_abs, runs, ds, nullptr);
-    nccl::launch_code(de, n, ds, db, nullptr);
-    float scale = 0;
-    std::vector<uint8_t> bits(ref_bits.size());
-    std::vector<float> error(n);
-    cuda::copy_to_host(&scale, ds, sizeof scale);
-    cuda::copy_to_host(bits.data(), db, bits.size());
-    cuda::copy_to_host(error.data(), de, n * sizeof(float));
-    for (void* p : {static_cast<void*>(dx), static_cast<void*>(de), static_cast<void*>(runs),
-                    static_cast<void*>(ds), static_cast<void*>(db)})
-      cuda::device_free(p);
-    EXPECT_EQ(std::memcmp(&scale, &ref_scale, sizeof scale), 0) << scale << " vs " << ref_scale;
-    EXPECT_EQ(bits, ref_bits);
-    EXPECT_EQ(std::memcmp(error.data(), ref_error.data(), n * sizeof(float)), 0);
   }
 }
 
