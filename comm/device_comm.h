@@ -10,14 +10,19 @@
 // compute_waits_for_comm() makes the compute stream wait for the comm stream's last event
 // (before the optimizer). Neither blocks the calling thread: within a step the host waits
 // for nothing but poll_errors(). read_times() reads the step's marks once its work is done.
+// on_comm_stream() and send_recv() queue other work on the comm stream (1-bit Adam's
+// compressed exchange, comm/device_sign_allreduce.h): kernels, and grouped point-to-point
+// transfers, in the order queued.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "comm/engine.h"
+#include "comm/sign_kernels.h"  // StreamHandle
 #include "core/config.h"
 #include "core/intervals.h"
 
@@ -38,6 +43,18 @@ struct DeviceCommTimes {
   std::vector<Interval> waits;
 };
 
+// One transfer of a grouped send_recv: BYTES bytes of device memory to or from rank PEER.
+struct PeerSend {
+  const void* buf = nullptr;
+  size_t bytes = 0;
+  int peer = 0;
+};
+struct PeerRecv {
+  void* buf = nullptr;
+  size_t bytes = 0;
+  int peer = 0;
+};
+
 class DeviceComm {
  public:
   virtual ~DeviceComm() = default;
@@ -52,7 +69,18 @@ class DeviceComm {
   // ring; native: the library's AllReduce with averaging). TAG names it in the spans. Returns
   // without waiting. Every rank queues the same reductions in the same order.
   virtual void reduce_mean(float* buf, size_t count, AllreduceAlgo algo, uint64_t tag) = 0;
-  // The compute stream waits for every reduction queued so far; returns without waiting.
+  // On the comm stream, behind all work queued on the compute stream so far: F(stream) queues
+  // its work (kernels, comm/sign_kernels.h) on STREAM, the comm stream's handle. F may run
+  // later, on another thread (a host fake's stream), so what it captures must live until the
+  // comm stream has run it (compute_waits_for_comm, then the compute stream's work).
+  virtual void on_comm_stream(std::function<void(StreamHandle)> f) = 0;
+  // On the comm stream, in its order: SENDS and RECVS (device memory) as one group, all
+  // started together (NCCL: one ncclGroupStart/End); the stream goes on once all are done.
+  // Every send must match a receive of the same size that its peer queues in the same
+  // group of its own, and there is at most one transfer each way per peer.
+  virtual void send_recv(std::vector<PeerSend> sends, std::vector<PeerRecv> recvs) = 0;
+  // The compute stream waits for all work queued on the comm stream so far (reductions and
+  // the rest); returns without waiting.
   virtual void compute_waits_for_comm() = 0;
   // Throws CommError if the communicator has reported an asynchronous error (a peer that
   // died), after aborting it; never waits.

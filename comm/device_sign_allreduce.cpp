@@ -130,4 +130,33 @@ void DeviceSignAllreduce::decode(float* x, StreamHandle s) const {
   impl_->kernels.decode(impl_->gathered, impl_->tables, x, s);
 }
 
+SignAllreduceStats DeviceSignAllreduce::run(DeviceComm& comm, float* x, float* worker_error,
+                                            float* server_error) {
+  Impl& m = *impl_;
+  const int n = m.tables.nranks, r = m.rank;
+  const size_t bytes = m.tables.block_bytes;
+  SignAllreduceStats st;
+  if (m.tables.count == 0) return st;
+  comm.on_comm_stream([this, x, worker_error](StreamHandle s) { encode(x, worker_error, s); });
+  // Peers in the order SignAllreduce sends to them: the right-hand neighbour first.
+  std::vector<PeerSend> sends;
+  std::vector<PeerRecv> recvs;
+  for (int k = 1; k < n; ++k) {
+    const int to = (r + k) % n, from = (r - k + n) % n;
+    sends.push_back({sent(to), bytes, to});
+    recvs.push_back({received(from), bytes, from});
+  }
+  if (n > 1) comm.send_recv(sends, recvs);
+  comm.on_comm_stream([this, server_error](StreamHandle s) { serve(server_error, s); });
+  for (int k = 1; k < n; ++k) {
+    const int to = (r + k) % n, from = (r - k + n) % n;
+    sends[size_t(k - 1)] = {gathered(r), bytes, to};
+    recvs[size_t(k - 1)] = {gathered(from), bytes, from};
+  }
+  if (n > 1) comm.send_recv(sends, recvs);
+  comm.on_comm_stream([this, x](StreamHandle s) { decode(x, s); });
+  st.bytes_sent = 2 * size_t(n - 1) * bytes;
+  return st;
+}
+
 }  // namespace ringstep

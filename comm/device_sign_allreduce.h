@@ -1,7 +1,8 @@
 // comm/sign_allreduce.h's SignAllreduce on device memory: the same schedule, the same
 // message format (comm/sign_layout.h) and the same bits, with its stages as kernels
-// (comm/sign_kernels.h: CUDA, or their CPU twins), between which the caller moves the
-// messages (an all-to-all, then an allgather):
+// (comm/sign_kernels.h: CUDA, or their CPU twins) and its two exchanges as grouped
+// point-to-point transfers on a DeviceComm's comm stream (comm/device_comm.h: NCCL's
+// ncclSend/ncclRecv, or a host fake over MPI):
 //   worker stage (encode):  zero the messages; z = x + e_w (in WORKER_ERROR); each segment's
 //                           scale; the scales into the messages of the chunks each segment
 //                           touches; the bits of chunk j into message j, e_w = z - s_w sign z;
@@ -23,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/device_comm.h"
 #include "comm/sign_allreduce.h"  // SignAllreduceStats
 #include "comm/sign_kernels.h"
 #include "core/config.h"  // OneBitScale
@@ -40,7 +42,15 @@ class DeviceSignAllreduce {
   DeviceSignAllreduce(const DeviceSignAllreduce&) = delete;
   DeviceSignAllreduce& operator=(const DeviceSignAllreduce&) = delete;
 
-  // The stages, queued on STREAM; the messages move between them (see below).
+  // The whole exchange queued on COMM's comm stream, behind the compute stream's work so
+  // far: X[0, count) (device memory) becomes the compressed mean, WORKER_ERROR and
+  // SERVER_ERROR (count elements each, device memory, laid out as SignAllreduce's) are
+  // updated. Returns at once with bytes_sent; the results are there once the comm stream
+  // has run (compute_waits_for_comm). Collective: every rank queues it in the same order.
+  // This object and the buffers must live until then.
+  SignAllreduceStats run(DeviceComm& comm, float* x, float* worker_error, float* server_error);
+
+  // The stages, queued on STREAM: what run() queues between its transfers.
   void encode(const float* x, float* worker_error, StreamHandle stream);
   void serve(float* server_error, StreamHandle stream);
   void decode(float* x, StreamHandle stream) const;

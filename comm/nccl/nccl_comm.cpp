@@ -167,6 +167,18 @@ void NcclComm::allreduce_ring(void* buf, size_t count, DType dt, const RingOptio
   }
 }
 
+void NcclComm::send_recv(const std::vector<PeerSend>& sends, const std::vector<PeerRecv>& recvs,
+                         Stream stream) {
+  Impl& m = *impl_;
+  if (sends.empty() && recvs.empty()) return;
+  NCCL_CHECK(m.comm, ncclGroupStart());
+  for (const PeerRecv& r : recvs)
+    NCCL_CHECK(m.comm, ncclRecv(r.buf, r.bytes, ncclUint8, r.peer, m.comm, stream));
+  for (const PeerSend& s : sends)
+    NCCL_CHECK(m.comm, ncclSend(s.buf, s.bytes, ncclUint8, s.peer, m.comm, stream));
+  NCCL_CHECK(m.comm, ncclGroupEnd());
+}
+
 void NcclComm::reserve_ring(size_t count, DType dt, const RingOptions& opt) {
   Impl& m = *impl_;
   if (m.size > 1 && count > 0) m.staging(ring_scratch_bytes(count, m.size, dt, opt));

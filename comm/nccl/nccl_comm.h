@@ -16,8 +16,10 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
+#include "comm/device_comm.h"  // PeerSend, PeerRecv
 #include "comm/ring_allreduce.h"
 #include "core/cuda/device.h"
 
@@ -60,6 +62,11 @@ class NcclComm {
   // sub-chunks), so that calls up to that size allocate nothing (cudaMalloc and cudaFree
   // synchronise the device).
   void reserve_ring(size_t count, DType dt, const RingOptions& opt);
+
+  // SENDS and RECVS (device memory, bytes) as one NCCL group on STREAM (ncclGroupStart,
+  // ncclSend/ncclRecv, ncclGroupEnd): DeviceComm::send_recv's contract.
+  void send_recv(const std::vector<PeerSend>& sends, const std::vector<PeerRecv>& recvs,
+                 Stream stream);
 
   // Waits for STREAM, polling NCCL's asynchronous error every millisecond; after
   // TIMEOUT_S seconds without completion, or on an error, aborts (see above).

@@ -37,7 +37,9 @@ struct NcclDeviceComm::Impl {
   std::condition_variable watch_cv;
   bool stop = false;
   std::thread watchdog;
-  cudaStream_t stream = nullptr;    // the comm stream
+  cudaStream_t stream = nullptr;        // the comm stream
+  cudaEvent_t compute_ready = nullptr;  // behind_compute's (not one of a step's marks)
+  bool other_work = false;  // queued outside reduce_mean since the last compute_waits_for_comm
   std::vector<cudaEvent_t> events;  // the pool; events[0 .. used) are this step's marks
   size_t used = 0;
   int64_t origin_ns = 0;  // host time of the step's first mark (events[0])
@@ -64,6 +66,7 @@ struct NcclDeviceComm::Impl {
     watch_cv.notify_all();
     watchdog.join();
     for (cudaEvent_t e : events) cudaEventDestroy(e);
+    if (compute_ready) cudaEventDestroy(compute_ready);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -121,6 +124,15 @@ struct NcclDeviceComm::Impl {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }
+  // The comm stream waits for the compute stream's work so far, for work queued outside
+  // reduce_mean (on_comm_stream, send_recv).
+  void behind_compute() {
+    if (!compute_ready)
+      CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(compute_ready, kCompute));
+    CUDA_CHECK(cudaStreamWaitEvent(stream, compute_ready, 0));
+    other_work = true;
+  }
   int64_t at(size_t i) {
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, events[0], events[i]));
@@ -166,9 +178,22 @@ void NcclDeviceComm::reduce_mean(float* buf, size_t count, AllreduceAlgo algo, u
   m.reductions.push_back({ready, start, end, tag, count * sizeof(float)});
 }
 
+void NcclDeviceComm::on_comm_stream(std::function<void(StreamHandle)> f) {
+  Impl& m = *impl_;
+  m.behind_compute();
+  f(m.stream);
+}
+
+void NcclDeviceComm::send_recv(std::vector<PeerSend> sends, std::vector<PeerRecv> recvs) {
+  Impl& m = *impl_;
+  m.behind_compute();
+  m.comm.send_recv(sends, recvs, m.stream);
+}
+
 void NcclDeviceComm::compute_waits_for_comm() {
   Impl& m = *impl_;
-  if (m.reductions.empty()) return;
+  if (m.reductions.empty() && !m.other_work) return;
+  m.other_work = false;
   const size_t done = m.mark(m.stream);
   const size_t before = m.mark(kCompute);
   CUDA_CHECK(cudaStreamWaitEvent(kCompute, m.events[done], 0));

@@ -4,7 +4,9 @@
 //   reduce_mean:  event on the compute stream (the bucket's gradients are ready), the comm
 //                 stream waits on it, then start mark, the ring or ncclAllReduce with
 //                 averaging, end mark, all on the comm stream;
-//   compute_waits_for_comm: event on the comm stream after its last reduction; on the
+//   on_comm_stream, send_recv: the comm stream waits on an event of the compute stream,
+//                 then the kernels or the NCCL group, on the comm stream;
+//   compute_waits_for_comm: event on the comm stream after its last work; on the
 //                 compute stream a mark, the wait on that event, a mark.
 // Marks are timing events from a pool reused step after step; read_times() waits for them
 // while polling NCCL's asynchronous error. A watchdog thread polls it too while a step's
@@ -31,6 +33,8 @@ class NcclDeviceComm final : public DeviceComm {
   int size() const override;
   void reserve(const std::vector<size_t>& counts) override;  // the ring's scratch
   void reduce_mean(float* buf, size_t count, AllreduceAlgo algo, uint64_t tag) override;
+  void on_comm_stream(std::function<void(StreamHandle)> f) override;
+  void send_recv(std::vector<PeerSend> sends, std::vector<PeerRecv> recvs) override;
   void compute_waits_for_comm() override;
   void poll_errors() override;
   DeviceCommTimes read_times() override;

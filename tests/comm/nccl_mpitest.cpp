@@ -1,7 +1,8 @@
 // The NCCL communicator (comm/nccl/nccl_comm.h) under mpirun: our device ring against
 // ncclAllReduce (bit-identical on integer-valued data, every dtype, counts that do and do
 // not divide, one and many sub-chunks) and against the host ring on random data (the same
-// reduction order and rounding, so the same bits). Skips without NCCL or a GPU (CI); with
+// reduction order and rounding, so the same bits); 1-bit Adam's compressed exchange on the
+// device against the host's, bit for bit. Skips without NCCL or a GPU (CI); with
 // more ranks than GPUs, NCCL may refuse the duplicate GPU, which the test prints.
 #include <gtest/gtest.h>
 
@@ -21,9 +22,13 @@
 #ifdef RINGSTEP_HAVE_NCCL
 #include <cuda_runtime_api.h>
 
+#include "comm/device_sign_allreduce.h"
 #include "comm/nccl/nccl_device_comm.h"
+#include "comm/nccl/sign_kernels.h"
+#include "comm/sign_allreduce.h"
 #include "core/cuda/device.h"
 #include "core/intervals.h"
+#include "core/runtime.h"
 #endif
 
 namespace ringstep {
@@ -170,6 +175,54 @@ TEST_F(Nccl, DeviceCommReducesBucketsBehindTheComputeStream) {
       }
       EXPECT_EQ(wrong, 0u) << name(algo) << " count " << counts[b];
       cuda::device_free(bufs[b]);
+    }
+  }
+}
+
+// 1-bit Adam's compressed exchange on the GPUs (comm/device_sign_allreduce.h: the CUDA
+// kernels, NCCL point-to-point on the comm stream) against SignAllreduce over MPI on the
+// host, bit for bit, call after call: the output, both error buffers and the bytes sent,
+// with one segment and with scale blocks across chunk edges, on a count that pads.
+TEST_F(Nccl, DeviceSignAllreduceGivesSignAllreducesBits) {
+  auto& comm = world();
+  const int n = comm.size(), r = comm.rank();
+  nccl::NcclDeviceComm device(comm, 60);
+  Runtime& gpu = runtime(Device::cuda);
+  nccl::CudaSignKernels kernels;
+  const size_t count = 2 * kScaleRun + 8 * size_t(n) * 37 + 5;
+  for (OneBitScale kind : {OneBitScale::mean_abs, OneBitScale::l2}) {
+    for (const std::vector<size_t>& ends :
+         {std::vector<size_t>{}, split_segments({count / 3, count}, count, 1000)}) {
+      SCOPED_TRACE(::testing::Message() << name(kind) << ", segments " << ends.size());
+      DeviceSignAllreduce on_device(count, ends, n, r, kind, gpu, kernels);
+      SignAllreduce reference(count, ends, n, r, kind);
+      const size_t bytes = count * sizeof(float);
+      std::vector<float> ref_ew(count, 0.0f), ref_es(count, 0.0f);
+      auto* dx = static_cast<float*>(gpu.alloc(bytes));
+      auto* dew = static_cast<float*>(gpu.alloc(bytes));
+      auto* des = static_cast<float*>(gpu.alloc(bytes));
+      for (int c = 0; c < 3; ++c) {
+        std::vector<float> x(count);
+        for (size_t i = 0; i < count; ++i)
+          x[i] = std::ldexp(float(int((i * 2654435761u + unsigned(r * 977 + c)) % 2001) - 1000),
+                            -int(i % 13));
+        std::vector<float> ref_x = x;
+        const SignAllreduceStats ref = reference.encode(ref_x.data(), ref_ew.data());
+        reference.exchange(comm, ref_es.data(), kSignAllreduceTag);
+        reference.decode(ref_x.data());
+        gpu.copy(dx, x.data(), bytes);
+        EXPECT_EQ(on_device.run(device, dx, dew, des).bytes_sent, ref.bytes_sent);
+        device.compute_waits_for_comm();
+        device.read_times();
+        std::vector<float> ew(count), es(count);
+        gpu.copy(x.data(), dx, bytes);
+        gpu.copy(ew.data(), dew, bytes);
+        gpu.copy(es.data(), des, bytes);
+        EXPECT_EQ(std::memcmp(x.data(), ref_x.data(), bytes), 0) << "output, call " << c;
+        EXPECT_EQ(std::memcmp(ew.data(), ref_ew.data(), bytes), 0) << "worker error, call " << c;
+        EXPECT_EQ(std::memcmp(es.data(), ref_es.data(), bytes), 0) << "server error, call " << c;
+      }
+      for (float* p : {dx, dew, des}) gpu.free(p);
     }
   }
 }

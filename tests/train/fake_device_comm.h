@@ -5,7 +5,8 @@
 // the device path must then give the host path's bits. Its "compute stream" is the calling
 // thread, whose work is done by the time it queues anything: a bucket's gradients are ready
 // when reduce_mean() is called, and compute_waits_for_comm() is a wait of the calling thread
-// (the compute stream waiting on the comm stream), marked before and after.
+// (the compute stream waiting on the comm stream), marked before and after. on_comm_stream's
+// work and send_recv's MPI transfers run on the stream thread too, in the order queued.
 #pragma once
 
 #include <mpi.h>
@@ -69,6 +70,24 @@ class FakeDeviceComm final : public DeviceComm {
     cv_.notify_all();
   }
 
+  // Runs F on the stream thread, with no stream (the kernels' host twins run at once).
+  void on_comm_stream(std::function<void(StreamHandle)> f) override {
+    queue([f = std::move(f)] { f(nullptr); });
+  }
+  // MPI_Irecv and MPI_Isend of bytes on the private communicator, then MPI_Waitall.
+  void send_recv(std::vector<PeerSend> sends, std::vector<PeerRecv> recvs) override {
+    queue([this, sends = std::move(sends), recvs = std::move(recvs)] {
+      std::vector<MPI_Request> pending;
+      for (const PeerRecv& r : recvs)
+        MPI_Irecv(r.buf, int(r.bytes), MPI_BYTE, r.peer, kSendRecvTag, comm_.mpi_comm(),
+                  &pending.emplace_back());
+      for (const PeerSend& s : sends)
+        MPI_Isend(s.buf, int(s.bytes), MPI_BYTE, s.peer, kSendRecvTag, comm_.mpi_comm(),
+                  &pending.emplace_back());
+      MPI_Waitall(int(pending.size()), pending.data(), MPI_STATUSES_IGNORE);
+    });
+  }
+
   void compute_waits_for_comm() override {
     std::unique_lock<std::mutex> lock(mu_);
     const int64_t before = steady_now_ns();
@@ -93,6 +112,15 @@ class FakeDeviceComm final : public DeviceComm {
   std::vector<size_t> reserved;  // the last reserve()'s counts
 
  private:
+  static constexpr int kSendRecvTag = 0x5352;
+
+  void queue(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++queued_;
+    queue_.push_back(std::move(job));
+    cv_.notify_all();
+  }
+
   void run() {
     for (;;) {
       std::function<void()> job;
