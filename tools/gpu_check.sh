@@ -28,12 +28,12 @@ STAGE_TABLE='
 unpack         10  debs      dpkg -x gpu_deps/*.deb into the scratch prefix
 configure      30  deps      cmake build-gpu/ (sm_90a only) against that prefix alone
 build          75  cache     ringstep_cuda_tests ringstep ringstep_cuda_bench, -j nproc
-cuda_tests     30  testbin   ringstep_cuda_tests: CUDA ops vs their CPU twins
+cuda_tests     30  testbin   ringstep_cuda_tests: CUDA ops (and 1-bit sign kernels) vs their CPU twins
 memcheck       35  testbin   compute-sanitizer --tool memcheck on the op tests
 tiny           20  ringstep  configs/tiny.yaml fp32: first 10 losses, cuda vs cpu
 gpt2           45  ringstep  configs/gpt2-124m.yaml bf16 T 1024: tok/s, MFU, phases, memory
 cuda_bench     15  benchbin  ringstep_cuda_bench: GPT-2 124M forward + backward; attention fp32, bf16, fp16
-nccl           15  ncclbin   nccl_mpitest: our device ring vs ncclAllReduce, 1 rank; 2 ranks on one GPU
+nccl           15  ncclbin   nccl_mpitest: device ring vs ncclAllReduce, 1-bit exchange vs host, 1 rank; 2 on one GPU
 staged         35  ringstep  2 ranks on the GPU via MPI staging: = 1 rank x 2B; exposed comm, overlap on/off
 nccl_train     20  ringstep  comm.backend nccl: 1 rank = no comm (tiny fp32); 2 NCCL ranks on one GPU
 torch_eager    25  -         PyTorch eager: same model, B, T, bf16 autocast, clip + AdamW
@@ -45,7 +45,7 @@ TINY_TOL=1e-4            # absolute, nats/token, on each of tiny's first 10 fp32
 GPT2_STEPS=20            # configs/gpt2-124m.yaml says 30; 20 fit the budget (2 excluded)
 MEMCHECK_FILTER='*CudaBackendOps.*:CudaOps.*:CudaOptim.*:CudaDevice.*:*FlashKernels.*'
 # The plain-C++ halves of the CUDA checks: the rehearsal's stand-in for cuda_tests.
-REHEARSE_TEST_FILTER='GemmPlan.*:AttentionLayout.*:AdamWMath.*:GpuPeak.*:Runtime.*:StepTimerOnDevice.*:FlashTiling.*:*FlashTwin*:Gpt.UploadsEachMicroBatchsTokensOnceFromOnePinnedBuffer:*ActivationsOnCuda*'
+REHEARSE_TEST_FILTER='SignCodeGpu.*:DeviceSignAllreduce.*:GemmPlan.*:AttentionLayout.*:AdamWMath.*:GpuPeak.*:Runtime.*:StepTimerOnDevice.*:FlashTiling.*:*FlashTwin*:Gpt.UploadsEachMicroBatchsTokensOnceFromOnePinnedBuffer:*ActivationsOnCuda*'
 
 NAMES=() BUDGETS=() NEEDS=() WHAT=()
 while read -r n b nd w; do
