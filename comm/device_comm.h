@@ -29,6 +29,7 @@
 namespace ringstep {
 
 class Communicator;
+class Runtime;
 
 // One step's marks on the steady clock (nanoseconds since its epoch): the step's origin is
 // the host time of its first reduce_mean(), and device marks are placed at that origin plus
@@ -60,6 +61,12 @@ class DeviceComm {
   virtual ~DeviceComm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+
+  // Where the buffers this communicator moves live (runtime(Device::cuda) for NCCL), and the
+  // sign code's kernels that work on them (comm/sign_kernels.h): what a DeviceSignAllreduce
+  // on this communicator is made with.
+  virtual Runtime& memory() = 0;
+  virtual SignKernels& sign_kernels() = 0;
 
   // Makes now, outside any step, whatever reduce_mean needs for buckets of COUNTS floats
   // (scratch), so that a step allocates nothing.

@@ -132,6 +132,13 @@ void DeviceSignAllreduce::decode(float* x, StreamHandle s) const {
 
 SignAllreduceStats DeviceSignAllreduce::run(DeviceComm& comm, float* x, float* worker_error,
                                             float* server_error) {
+  const SignAllreduceStats st = queue_exchange(comm, x, worker_error, server_error);
+  queue_decode(comm, x);
+  return st;
+}
+
+SignAllreduceStats DeviceSignAllreduce::queue_exchange(DeviceComm& comm, const float* x,
+                                                       float* worker_error, float* server_error) {
   Impl& m = *impl_;
   const int n = m.tables.nranks, r = m.rank;
   const size_t bytes = m.tables.block_bytes;
@@ -154,9 +161,13 @@ SignAllreduceStats DeviceSignAllreduce::run(DeviceComm& comm, float* x, float* w
     recvs[size_t(k - 1)] = {gathered(from), bytes, from};
   }
   if (n > 1) comm.send_recv(sends, recvs);
-  comm.on_comm_stream([this, x](StreamHandle s) { decode(x, s); });
   st.bytes_sent = 2 * size_t(n - 1) * bytes;
   return st;
+}
+
+void DeviceSignAllreduce::queue_decode(DeviceComm& comm, float* x) {
+  if (impl_->tables.count == 0) return;
+  comm.on_comm_stream([this, x](StreamHandle s) { decode(x, s); });
 }
 
 }  // namespace ringstep

@@ -47,8 +47,13 @@ class DeviceSignAllreduce {
   // SERVER_ERROR (count elements each, device memory, laid out as SignAllreduce's) are
   // updated. Returns at once with bytes_sent; the results are there once the comm stream
   // has run (compute_waits_for_comm). Collective: every rank queues it in the same order.
-  // This object and the buffers must live until then.
+  // This object and the buffers must live until then. run() is queue_exchange() then
+  // queue_decode(): X is read by the first and written by the second only, so a caller
+  // may queue the exchange, and decide later whether to decode it.
   SignAllreduceStats run(DeviceComm& comm, float* x, float* worker_error, float* server_error);
+  SignAllreduceStats queue_exchange(DeviceComm& comm, const float* x, float* worker_error,
+                                    float* server_error);
+  void queue_decode(DeviceComm& comm, float* x);
 
   // The stages, queued on STREAM: what run() queues between its transfers.
   void encode(const float* x, float* worker_error, StreamHandle stream);

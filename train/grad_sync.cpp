@@ -10,6 +10,7 @@
 #include "comm/bench.h"
 #include "comm/communicator.h"
 #include "comm/device_comm.h"
+#include "comm/device_sign_allreduce.h"
 #include "comm/engine.h"
 #include "comm/sign_allreduce.h"
 #include "core/checksum.h"
@@ -103,6 +104,7 @@ void GradSync::setup(FlatBuffer& grads, const GptSpec& spec) {
       bucket_of_unit_[u] = int(b);
   pending_.clear();
   sign_calls_.clear();
+  device_sign_calls_.clear();
   for (size_t b = 0; b < buckets_.size(); ++b) pending_.push_back(std::make_unique<Pending>());
   if (device_comm_) {
     std::vector<size_t> counts;
@@ -222,6 +224,8 @@ GradSync::Result GradSync::collect_spans() {
 
 void GradSync::begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
                                   const SignCode& code, Part prepare, Input input) {
+  if (device_comm_ && input)
+    throw std::logic_error("sign_average on a DeviceComm reads its input from BUF, not INPUT");
   sign_ = {buf, worker_error, server_error, n, std::move(prepare), std::move(input), {}, true};
   if (world_ == 1) return;
   if (buckets_.empty() || n != buckets_.front().end)
@@ -231,20 +235,27 @@ void GradSync::begin_sign_average(float* buf, float* worker_error, float* server
 }
 
 void GradSync::set_sign_code(const SignCode& code) {
-  if (sign_calls_.size() == buckets_.size() && sign_code_.block == code.block &&
-      sign_code_.scale == code.scale)
+  const size_t made = device_comm_ ? device_sign_calls_.size() : sign_calls_.size();
+  if (made == buckets_.size() && sign_code_.block == code.block && sign_code_.scale == code.scale)
     return;
   sign_calls_.clear();
+  device_sign_calls_.clear();
   for (const Bucket& k : buckets_) {
     const size_t len = k.end - k.begin;
-    sign_calls_.emplace_back(len, split_segments(k.tensor_ends, len, code.block), world_, rank_,
-                             code.scale);
+    const std::vector<size_t> ends = split_segments(k.tensor_ends, len, code.block);
+    if (device_comm_)
+      device_sign_calls_.push_back(std::make_unique<DeviceSignAllreduce>(
+          len, ends, world_, rank_, code.scale, device_comm_->memory(),
+          device_comm_->sign_kernels()));
+    else
+      sign_calls_.emplace_back(len, ends, world_, rank_, code.scale);
   }
   sign_code_ = code;
 }
 
 SignCost GradSync::measure_sign_code(const float* buf, size_t n, const SignCode& code) {
-  if (world_ == 1 || sign_.active || buckets_.empty() || n != buckets_.front().end) return {};
+  if (world_ == 1 || device_comm_ || sign_.active || buckets_.empty() || n != buckets_.front().end)
+    return {};
   set_sign_code(code);
   FlatBuffer error(n), server_error(n), out(n);
   error.zero();
@@ -268,6 +279,14 @@ void GradSync::start_sign_bucket(size_t b) {
   const Bucket& k = buckets_[b];
   if (sign_.prepare) sign_.prepare(k.begin, k.end);
   float* worker = sign_.worker_error + k.begin;
+  if (device_comm_) {  // on the comm stream, behind the compute stream's work so far
+    sign_.total.bytes_sent += device_sign_calls_[b]
+                                  ->queue_exchange(*device_comm_, sign_.buf + k.begin, worker,
+                                                   sign_.server_error + k.begin)
+                                  .bytes_sent;
+    pending_[b]->enqueued = true;
+    return;
+  }
   const SignAllreduceStats s =
       sign_.input
           ? sign_calls_[b].encode(
@@ -289,6 +308,7 @@ void GradSync::wait_sign_sent() {
   if (!sign_.active || world_ == 1) return;
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (!pending_[b]->enqueued) start_sign_bucket(b);
+  if (device_comm_) return;  // the comm stream runs them; the bookkeeping goes over COMM
   waiting([&] {
     for (auto& p : pending_) p->handle.wait();
   });
@@ -308,6 +328,7 @@ SignExchange GradSync::finish_sign_average(const Part& finish) {
   }
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (!pending_[b]->enqueued) start_sign_bucket(b);
+  if (device_comm_) return finish_sign_on_device(finish);
   // Each bucket is decoded and finished here while the engine exchanges the later ones.
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& k = buckets_[b];
@@ -317,6 +338,21 @@ SignExchange GradSync::finish_sign_average(const Part& finish) {
     sign_calls_[b].decode(sign_.buf + k.begin);
     finish(k.begin, k.end);
   }
+  exchange_sent_bytes_ += sign_.total.bytes_sent;
+  return sign_.total;
+}
+
+// Device path: every bucket decoded on the comm stream, the compute stream's wait for it,
+// then each bucket's FINISH (queued on the compute stream, behind the wait).
+SignExchange GradSync::finish_sign_on_device(const Part& finish) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    pending_[b]->enqueued = false;
+    if (finish) device_sign_calls_[b]->queue_decode(*device_comm_, sign_.buf + buckets_[b].begin);
+  }
+  device_comm_->compute_waits_for_comm();
+  device_comm_->poll_errors();
+  if (finish)
+    for (const Bucket& k : buckets_) finish(k.begin, k.end);
   exchange_sent_bytes_ += sign_.total.bytes_sent;
   return sign_.total;
 }

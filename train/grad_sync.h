@@ -22,6 +22,8 @@
 // that wrote it, finish() makes the compute stream wait for the comm stream and returns
 // without waiting, and settle() reads the step's comm and exposed comm from the device's
 // marks once the step's work is queued. This path runs with one rank too (one NCCL rank).
+// sign_average on it queues each bucket's compressed exchange on the comm stream
+// (comm/device_sign_allreduce.h) with the DeviceComm's kernels, on the device's buffers.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +45,7 @@ namespace ringstep {
 class Communicator;
 class CommEngine;
 class DeviceComm;
+class DeviceSignAllreduce;
 class Gpt;
 class GptSpec;
 
@@ -139,6 +142,11 @@ class GradSync final : public Reducer {
   // waits for each in turn, decodes it and finishes it. Between begin and finish, the unit
   // hook starts each bucket as backward finishes it (1-bit Adam's exchange under backward).
   // The segments are the registry's tensors cut into CODE.block blocks (split_segments).
+  // With a DeviceComm, each bucket's exchange is a DeviceSignAllreduce queued on the comm
+  // stream instead (the device's buffers, its kernels; no INPUT: BUF is read), decoded
+  // there by finish_sign_average, which then makes the compute stream wait and runs every
+  // FINISH part without waiting itself; SignExchange's worker_sq_* are 0 there, and
+  // measure_sign_code measures nothing.
   // The exchanges' spans and the waits are the step's communication: collect them with
   // take_exchange().
   void begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
@@ -171,6 +179,7 @@ class GradSync final : public Reducer {
   // One SignAllreduce per bucket for CODE (kept while the code stays the same).
   void set_sign_code(const SignCode& code);
   void start_sign_bucket(size_t b);
+  SignExchange finish_sign_on_device(const Part& finish);
   // Fills VIEW's busy-time fields and straggler from every rank's busy time (kStraggler*).
   void find_straggler(const std::vector<double>& busy, StepView& view);
   void wait_bookkeeping(const CommHandle& handle);  // waits, and drops its span
@@ -195,7 +204,8 @@ class GradSync final : public Reducer {
   std::vector<std::unique_ptr<Pending>> pending_;
   std::vector<CommSpan> kept_spans_;       // bucket spans drained by a bookkeeping wait
   std::vector<int> straggler_streak_;      // consecutive steps each rank was over the ratio
-  std::vector<SignAllreduce> sign_calls_;  // per bucket, for sign_code_
+  std::vector<SignAllreduce> sign_calls_;  // per bucket, for sign_code_ (host path)
+  std::vector<std::unique_ptr<DeviceSignAllreduce>> device_sign_calls_;  // (device path)
   SignCode sign_code_;
   struct SignRun {  // the sign_average between begin and finish
     float* buf = nullptr;

@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "comm/nccl/nccl_comm.h"
+#include "comm/nccl/sign_kernels.h"
 #include "core/cuda/cuda_check.h"
 #include "core/profiler.h"
+#include "core/runtime.h"
 
 namespace ringstep::nccl {
 namespace {
@@ -27,6 +29,7 @@ const cudaStream_t kCompute = cudaStreamLegacy;
 struct NcclDeviceComm::Impl {
   Communicator& host;
   NcclComm comm;
+  CudaSignKernels sign_kernels;
   double timeout_s;
   // The watchdog: while a step's reductions are queued and not yet read (pending_since_ns,
   // 0 = none), it polls NCCL's asynchronous error once a second; on an error, or after
@@ -157,6 +160,9 @@ RingOptions mean_options() {
 }
 
 }  // namespace
+
+Runtime& NcclDeviceComm::memory() { return runtime(Device::cuda); }
+SignKernels& NcclDeviceComm::sign_kernels() { return impl_->sign_kernels; }
 
 void NcclDeviceComm::reserve(const std::vector<size_t>& counts) {
   for (size_t c : counts) impl_->comm.reserve_ring(c, DType::f32, mean_options());

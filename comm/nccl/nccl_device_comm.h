@@ -31,6 +31,8 @@ class NcclDeviceComm final : public DeviceComm {
 
   int rank() const override;
   int size() const override;
+  Runtime& memory() override;                                // runtime(Device::cuda)
+  SignKernels& sign_kernels() override;                      // CudaSignKernels
   void reserve(const std::vector<size_t>& counts) override;  // the ring's scratch
   void reduce_mean(float* buf, size_t count, AllreduceAlgo algo, uint64_t tag) override;
   void on_comm_stream(std::function<void(StreamHandle)> f) override;

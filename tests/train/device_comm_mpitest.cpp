@@ -3,12 +3,17 @@
 // on the comm stream as backward finishes them, the compute stream's one wait before the
 // optimizer, the step's comm from the marks. It gives the host (MPI) path's bits, bucket by
 // bucket and through the whole trainer, and its records keep comm in flight >= exposed comm.
+// 1-bit Adam's exchange through the same path (DeviceSignAllreduce per bucket, the kernels'
+// CPU twins) gives the host path's bits too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/registry.h"
@@ -88,7 +93,8 @@ TEST(DeviceCommPath, BucketsGiveTheHostPathsBits) {
           EXPECT_LE(r.spans[b].queued_ns, r.spans[b].start_ns);
           EXPECT_LE(r.spans[b].start_ns, r.spans[b].end_ns);
           const bool before_finish = r.spans[b].queued_ns < finish_called;
-          EXPECT_EQ(before_finish, overlap && buckets[b].last_unit < spec.embedding_unit()) << what << " bucket " << b;
+          EXPECT_EQ(before_finish, overlap && buckets[b].last_unit < spec.embedding_unit())
+              << what << " bucket " << b;
         }
         EXPECT_GT(r.comm_ms, 0) << what;
         EXPECT_GE(r.comm_ms, r.exposed_ms) << what;
@@ -96,6 +102,82 @@ TEST(DeviceCommPath, BucketsGiveTheHostPathsBits) {
       }
     }
   }
+}
+
+// 1-bit Adam's exchange through GradSync's device path (Reducer::sign_average on a
+// DeviceComm: one DeviceSignAllreduce per bucket on the comm stream, here with the kernels'
+// CPU twins over the fake) gives the host path's bits call after call: the mean, both
+// error buffers and the bytes sent, with and without the unit hook starting buckets under
+// backward, one scale per tensor and scale blocks; every element is prepared once and
+// finished once. An abandoned exchange (no FINISH) leaves BUF as it was and the error
+// buffers as the host path's.
+TEST(DeviceCommPath, SignAverageGivesTheHostPathsBits) {
+  auto& comm = world();
+  const GptSpec spec(ModelConfig{37, 8, 16, 3, 2});
+  const size_t n = spec.registry().total_numel();
+  for (bool overlap : {true, false}) {
+    for (const SignCode code :
+         {SignCode{OneBitScale::mean_abs, 0}, SignCode{OneBitScale::l2, 64}}) {
+      const std::string what = std::string(overlap ? "overlap, " : "no overlap, ") +
+                               std::string(name(code.scale)) + " block " +
+                               std::to_string(code.block);
+      CommConfig cfg;
+      cfg.bucket_mb = 0.004;  // several buckets
+      cfg.overlap = overlap;
+      FlatBuffer grads_host(n), grads_device(n);
+      GradSync host(&comm, cfg);
+      host.setup(grads_host, spec);
+      FakeDeviceComm dev;
+      GradSync sync(&comm, cfg, 1, &dev);
+      sync.setup(grads_device, spec);
+      ASSERT_GT(sync.buckets().size(), 2u) << what;
+      std::vector<float> ew_host(n, 0.0f), es_host(n, 0.0f), ew(n, 0.0f), es(n, 0.0f);
+      for (int call = 0; call < 4; ++call) {
+        const bool abandon = call == 2;
+        std::vector<float> buf_host(n);
+        for (size_t i = 0; i < n; ++i) buf_host[i] = testing::wavy_value(comm.rank() + call, i);
+        std::vector<float> buf = buf_host;
+        std::vector<int> prepared(n, 0), finished(n, 0);
+        auto count_into = [](std::vector<int>& seen) {
+          return [&seen](size_t b, size_t e) {
+            for (size_t i = b; i < e; ++i) ++seen[i];
+          };
+        };
+        host.begin_sign_average(buf_host.data(), ew_host.data(), es_host.data(), n, code, {});
+        run_hook(host.unit_hook(), spec);
+        const SignExchange want =
+            host.finish_sign_average(abandon ? Reducer::Part{} : [](size_t, size_t) {});
+        sync.begin_sign_average(buf.data(), ew.data(), es.data(), n, code, count_into(prepared));
+        run_hook(sync.unit_hook(), spec);
+        const SignExchange got =
+            sync.finish_sign_average(abandon ? Reducer::Part{} : count_into(finished));
+        EXPECT_EQ(got.bytes_sent, want.bytes_sent) << what;
+        EXPECT_EQ(std::memcmp(buf.data(), buf_host.data(), n * sizeof(float)), 0)
+            << what << ", call " << call;
+        EXPECT_EQ(std::memcmp(ew.data(), ew_host.data(), n * sizeof(float)), 0)
+            << what << ", call " << call;
+        EXPECT_EQ(std::memcmp(es.data(), es_host.data(), n * sizeof(float)), 0)
+            << what << ", call " << call;
+        EXPECT_EQ(std::count(prepared.begin(), prepared.end(), 1), std::ptrdiff_t(n)) << what;
+        EXPECT_EQ(std::count(finished.begin(), finished.end(), abandon ? 0 : 1), std::ptrdiff_t(n))
+            << what;
+      }
+    }
+  }
+}
+
+// A DeviceComm's sign_average reads BUF: an INPUT is refused, as a logic error.
+TEST(DeviceCommPath, SignAverageRefusesAnInput) {
+  const GptSpec spec(ModelConfig{37, 8, 16, 3, 2});
+  const size_t n = spec.registry().total_numel();
+  FlatBuffer grads(n);
+  FakeDeviceComm dev;
+  GradSync sync(&world(), CommConfig{}, 1, &dev);
+  sync.setup(grads, spec);
+  std::vector<float> buf(n), ew(n), es(n);
+  EXPECT_THROW(sync.begin_sign_average(buf.data(), ew.data(), es.data(), n, SignCode{}, {},
+                                       [](size_t, size_t, float*) {}),
+               std::logic_error);
 }
 
 // One rank's device path (a single NCCL rank; here a fake over MPI_COMM_SELF, GradSync

@@ -6,7 +6,8 @@
 // thread, whose work is done by the time it queues anything: a bucket's gradients are ready
 // when reduce_mean() is called, and compute_waits_for_comm() is a wait of the calling thread
 // (the compute stream waiting on the comm stream), marked before and after. on_comm_stream's
-// work and send_recv's MPI transfers run on the stream thread too, in the order queued.
+// work and send_recv's MPI transfers run on the stream thread too, in the order queued; its
+// memory is the host's (the cpu runtime) and its sign kernels are the CUDA kernels' twins.
 #pragma once
 
 #include <mpi.h>
@@ -24,7 +25,9 @@
 #include "comm/mpi_communicator.h"
 #include "comm/reduce.h"
 #include "comm/ring_allreduce.h"
+#include "comm/sign_twins.h"
 #include "core/profiler.h"
+#include "core/runtime.h"
 
 namespace ringstep::testing {
 
@@ -44,6 +47,9 @@ class FakeDeviceComm final : public DeviceComm {
 
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
+
+  Runtime& memory() override { return runtime(Device::cpu); }
+  SignKernels& sign_kernels() override { return twins_; }  // the CUDA kernels' CPU twins
 
   void reserve(const std::vector<size_t>& counts) override { reserved = counts; }
 
@@ -148,6 +154,7 @@ class FakeDeviceComm final : public DeviceComm {
   }
 
   MpiCommunicator comm_;
+  HostSignKernels twins_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
