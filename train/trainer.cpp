@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -262,8 +263,7 @@ Trainer::StepResult Trainer::step() {
   s.times = timer_.end_step(s.comm.comm_ms, s.comm.exposed_ms);
   // After the step's clock has stopped: the profiler's own writing is not the step's time.
   if (traced && number == w[1])
-    trace_.write(cfg_.run.out_dir + "/trace/rank-" + std::to_string(facts_.rank) + ".json",
-                 facts_.rank);
+    trace_.write(trace_path(), facts_.rank);
   ops_ = nullptr;
   ++state_.step;
   const int every = cfg_.train.check_replicas_every;
@@ -364,6 +364,17 @@ void Trainer::read_deferred() {
   totals_.steps_run -= dropped;
   state_.scaler.restore(r.carry.scaler);
   state_.optimizer->set_step_count(r.carry.t);
+  // A trace written at a dropped step shows steps that never counted.
+  const std::vector<int>& w = facts_.trace_window;
+  if (dropped > 0 && !w.empty() && state_.step < w[1]) {
+    std::error_code ignored;  // nothing there, or another file left in the folder
+    std::filesystem::remove(trace_path(), ignored);
+    std::filesystem::remove(std::filesystem::path(trace_path()).parent_path(), ignored);
+  }
+}
+
+std::string Trainer::trace_path() const {
+  return cfg_.run.out_dir + "/trace/rank-" + std::to_string(facts_.rank) + ".json";
 }
 
 bool Trainer::bad_step_stops() const {

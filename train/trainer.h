@@ -113,6 +113,7 @@ class Trainer {
   // The unlogged steps' results from what the runtime decided (train/deferred_steps.h); the
   // host's mirrors refreshed; the steps after one that ended the run dropped.
   void read_deferred();
+  std::string trace_path() const;  // this rank's Chrome trace
   // Whether an inf/NaN ends the run (no loss scaling to absorb it, train.on_nan: stop).
   bool bad_step_stops() const;
   std::string numerical_fault(int step, int rank) const;

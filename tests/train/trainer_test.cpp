@@ -108,6 +108,8 @@ TEST(Trainer, NonFiniteLossWithoutScalingStopsNamingStepAndRank) {
   fs::path out = TempDir("nan");
   Config cfg = SmallRun(out / "stop", 4);
   cfg.train.lr = 1e30;
+  // Steps 3 and 4 run before the host reads (log_every 10) and are dropped: so is their trace.
+  cfg.profile.trace_steps = {3, 4};
   try {
     train(cfg, nullptr);
     FAIL() << "expected TrainingStopped";
@@ -125,14 +127,18 @@ TEST(Trainer, NonFiniteLossWithoutScalingStopsNamingStepAndRank) {
   EXPECT_TRUE(nlohmann::json::parse(last)["skipped"].get<bool>());
   auto summary = nlohmann::json::parse(std::ifstream(out / "stop" / "summary.json"));
   EXPECT_NE(summary["stopped_early"].get<std::string>().find("step 2"), std::string::npos);
+  EXPECT_EQ(summary["steps"].get<int>(), 2);
+  EXPECT_FALSE(fs::exists(out / "stop" / "trace"));
 
   cfg = SmallRun(out / "skip", 4);
   cfg.train.lr = 1e30;
   cfg.train.on_nan = OnNan::skip;
+  cfg.profile.trace_steps = {3, 4};
   const TrainOutcome r = train(cfg, nullptr);
   EXPECT_EQ(r.loss_scales.size(), 4u);
   EXPECT_EQ(r.skipped_steps, 3);
   EXPECT_EQ(r.optimizer_steps, 1);
+  EXPECT_TRUE(fs::exists(out / "skip" / "trace" / "rank-0.json"));  // skipped steps count
   fs::remove_all(out);
 }
 
