@@ -107,6 +107,19 @@ class Runtime {
   virtual void adamw_update(const std::vector<TensorInfo>& tensors, const AdamWStep& s, float decay,
                             float* params, const float* grads, float* m, float* v) = 0;
 
+  // 1-bit Adam's passes (optim/onebit_adam.h), elementwise by core/optim_math.h's onebit_*
+  // functions over elements [BEGIN, END) of flat buffers in this runtime's memory, queued
+  // like the passes above (may return before the device is done).
+  // M[i] = onebit_local_momentum(M[i], GRADS[i], BETA1, GRAD_SCALE): this rank's momentum.
+  virtual void onebit_momentum(float* m, const float* grads, size_t begin, size_t end, float beta1,
+                               float grad_scale) = 0;
+  // The compression stage's update with the averaged momentum M: onebit_param_element on
+  // each element of TENSORS in [BEGIN, END) (DECAY on tensors marked decay, 0 on the rest),
+  // then M, WORKER_ERROR and SERVER_ERROR set to 0 wherever V is not onebit_live.
+  virtual void onebit_update(const std::vector<TensorInfo>& tensors, size_t begin, size_t end,
+                             const OneBitStep& s, float decay, float* params, float* m,
+                             const float* v, float* worker_error, float* server_error) = 0;
+
   // The same passes for a step the runtime decides itself (core/step_math.h), queued without
   // waiting: CARRY, STEP and OUT are in this runtime's memory, and the host reads them later.
   // The defaults reach them through host pointers (runtimes whose memory the CPU reads) and

@@ -10,6 +10,9 @@ namespace ringstep {
 AdamW::AdamW(const Registry& reg, const AdamWParams& hp, Device device)
     : reg_(reg), hp_(hp), m_(reg.total_numel(), device), v_(reg.total_numel(), device) {}
 
+AdamW::AdamW(const Registry& reg, const AdamWParams& hp, Runtime& rt)
+    : reg_(reg), hp_(hp), m_(reg.total_numel(), rt), v_(reg.total_numel(), rt) {}
+
 std::pair<AdamWStep, float> AdamW::next_step(double lr, double grad_scale) {
   ++t_;
   return {adamw_scalars(hp_.beta1, hp_.beta2, hp_.eps, lr, t_, grad_scale),

@@ -22,6 +22,8 @@ class AdamW final : public Optimizer {
  public:
   // Moments on DEVICE (InputError where runtime() refuses it).
   AdamW(const Registry& reg, const AdamWParams& hp, Device device = Device::cpu);
+  // Moments in RT's memory (a test's own runtime).
+  AdamW(const Registry& reg, const AdamWParams& hp, Runtime& rt);
   // One update: grads are multiplied by GRAD_SCALE first (unscaling and clipping in one
   // factor), then params -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * params). Runs on the
   // moments' runtime; PARAMS and GRADS must live there too (std::logic_error otherwise).

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <sstream>
 #include <utility>
 #include <vector>
+
+#include "core/optim_math.h"
+#include "core/runtime.h"
 
 namespace ringstep {
 namespace {
@@ -17,20 +19,29 @@ constexpr size_t kChoiceCosts = 6;  // CompressChoice's numbers, from_step last
 
 OneBitAdam::OneBitAdam(const Registry& reg, const AdamWParams& hp, const OneBitParams& ob,
                        Device device)
-    : adam_(reg, hp, device),
+    : OneBitAdam(AdamW(reg, hp, device), reg, hp, ob) {}
+
+OneBitAdam::OneBitAdam(const Registry& reg, const AdamWParams& hp, const OneBitParams& ob,
+                       Runtime& rt)
+    : OneBitAdam(AdamW(reg, hp, rt), reg, hp, ob) {}
+
+OneBitAdam::OneBitAdam(AdamW adam, const Registry& reg, const AdamWParams& hp,
+                       const OneBitParams& ob)
+    : adam_(std::move(adam)),
       reg_(reg),
       hp_(hp),
       ob_(ob),
-      worker_error_(reg.total_numel()),
-      server_error_(reg.total_numel()),
+      rt_(adam_.m().runtime()),
+      worker_error_(reg.total_numel(), rt_),
+      server_error_(reg.total_numel(), rt_),
       choice_(1),
       choice_costs_(kChoiceCosts) {
   reset_errors();
   choice_.zero();
   choice_costs_.zero();
   if (ob_.under_backward && ob_.may_skip) {
-    kept_worker_ = FlatBuffer(reg.total_numel());
-    kept_server_ = FlatBuffer(reg.total_numel());
+    kept_worker_ = FlatBuffer(reg.total_numel(), rt_);
+    kept_server_ = FlatBuffer(reg.total_numel(), rt_);
   }
 }
 
@@ -99,12 +110,13 @@ std::vector<StateTensor> OneBitAdam::state_tensors() {
 
 size_t OneBitAdam::state_bytes() const {
   return adam_.state_bytes() + choice_.bytes() + choice_costs_.bytes() + worker_error_.bytes() +
-         server_error_.bytes() + kept_worker_.bytes() + kept_server_.bytes();
+         server_error_.bytes() + kept_worker_.bytes() + kept_server_.bytes() + kept_m_.bytes();
 }
 
 void OneBitAdam::adopt_world_change(const std::vector<std::vector<FlatBuffer>>& saved, int, int) {
   const size_t n = worker_error_.size();
-  float* ew = worker_error_.data();
+  FlatBuffer host;  // where the errors live on a device: formed here, then copied (a resume)
+  float* ew = rt_.host_memory() ? worker_error_.data() : (host = FlatBuffer(n)).data();
   const float inv = 1.0f / float(saved.size());
   for (size_t i = 0; i < n; ++i) {
     float sum_w = 0, sum_s = 0;
@@ -114,6 +126,7 @@ void OneBitAdam::adopt_world_change(const std::vector<std::vector<FlatBuffer>>& 
     }
     ew[i] = sum_w * inv + sum_s;
   }
+  if (!rt_.host_memory()) copy_buffer(worker_error_, host);
   server_error_.zero();
 }
 
@@ -124,36 +137,16 @@ void OneBitAdam::add_local_momentum(const float* grads, float grad_scale, size_t
   const float* __restrict g = grads + begin;
   const size_t n = end - begin;
 #pragma omp simd
-  for (size_t i = 0; i < n; ++i) z[i] += b1 * m[i] + (1.0f - b1) * (g[i] * grad_scale);
+  for (size_t i = 0; i < n; ++i) z[i] += onebit_local_momentum(m[i], g[i], b1, grad_scale);
 }
 
 // The update of elements [begin, end) with the averaged momentum, and the zero-variance mask
-// (see the header).
+// (see the header), on the runtime.
 void OneBitAdam::apply(float* params, double lr, size_t begin, size_t end) {
-  const double c1 = 1.0 - std::pow(hp_.beta1, double(adam_.step_count()));
-  const double c2 = 1.0 - std::pow(hp_.beta2, double(ob_.freeze_step));
-  const float step_size = float(lr / c1);
-  const float inv_sqrt_c2 = float(1.0 / std::sqrt(c2));
-  const float eps = float(hp_.eps);
-  float* m = adam_.m().data();
-  const float* v = adam_.v().data();
-  float* ew = worker_error_.data();
-  float* es = server_error_.data();
-  for (const TensorInfo& t : reg_.tensors()) {
-    const float decay = t.decay ? float(lr * hp_.weight_decay) : 0.0f;
-    const size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
-    size_t dead = 0;  // coordinates whose frozen variance is 0: decay only (-0 adds nothing)
-#pragma omp simd reduction(+ : dead)
-    for (size_t i = lo; i < hi; ++i) {
-      const bool live = v[i] != 0.0f;
-      const float momentum_step = step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
-      params[i] -= (live ? momentum_step : -0.0f) + decay * params[i];
-      dead += !live;
-    }
-    if (dead == 0) continue;
-    for (size_t i = lo; i < hi; ++i)
-      if (v[i] == 0.0f) m[i] = ew[i] = es[i] = 0.0f;
-  }
+  const OneBitStep s =
+      onebit_scalars(hp_.beta1, hp_.beta2, hp_.eps, lr, adam_.step_count(), ob_.freeze_step);
+  rt_.onebit_update(reg_.tensors(), begin, end, s, float(lr * hp_.weight_decay), params,
+                    adam_.m().data(), adam_.v().data(), worker_error_.data(), server_error_.data());
 }
 
 SignExchange OneBitAdam::compressed_step(float* params, const float* grads, double lr,
@@ -165,22 +158,33 @@ SignExchange OneBitAdam::compressed_step(float* params, const float* grads, doub
 
 // Each part's local momentum is formed as the reducer codes it (Reducer::Input: added into
 // the worker error, never stored; m keeps its old values until the mean is decoded into
-// it), after the part's error buffers are kept, where a skip must restore them.
+// it), or, where the reducer reads BUF (a device path), by the runtime's pass into m in the
+// part's PREPARE. Before that, where a skip must restore them, PREPARE keeps the part's
+// error buffers (and m, where it is about to be overwritten).
 void OneBitAdam::begin_exchange(const float* grads, float grad_scale, Reducer& reducer) {
   const bool keep = in_flight_ && ob_.may_skip;
+  const bool into_m = !reducer.takes_input();
+  if (keep && into_m && kept_m_.size() == 0)
+    kept_m_ = FlatBuffer(adam_.m().size(), rt_);  // once, at the first such step
   Reducer::Part prepare;
-  if (keep)
-    prepare = [this](size_t b, size_t e) {
+  if (keep || into_m)
+    prepare = [this, keep, into_m, grads, grad_scale](size_t b, size_t e) {
       const size_t bytes = (e - b) * sizeof(float);
-      std::memcpy(kept_worker_.data() + b, worker_error_.data() + b, bytes);
-      std::memcpy(kept_server_.data() + b, server_error_.data() + b, bytes);
+      if (keep) {
+        rt_.copy(kept_worker_.data() + b, worker_error_.data() + b, bytes);
+        rt_.copy(kept_server_.data() + b, server_error_.data() + b, bytes);
+        if (into_m) rt_.copy(kept_m_.data() + b, adam_.m().data() + b, bytes);
+      }
+      if (into_m) rt_.onebit_momentum(adam_.m().data(), grads, b, e, float(hp_.beta1), grad_scale);
+    };
+  Reducer::Input input;
+  if (!into_m)
+    input = [this, grads, grad_scale](size_t b, size_t e, float* z) {
+      add_local_momentum(grads, grad_scale, b, e, z);
     };
   reducer.begin_sign_average(adam_.m().data(), worker_error_.data(), server_error_.data(),
                              adam_.m().size(), SignCode{ob_.scale, size_t(ob_.scale_block)},
-                             std::move(prepare),
-                             [this, grads, grad_scale](size_t b, size_t e, float* z) {
-                               add_local_momentum(grads, grad_scale, b, e, z);
-                             });
+                             std::move(prepare), std::move(input));
 }
 
 bool OneBitAdam::begin_under_backward(const float* grads, double grad_scale, Reducer& reducer) {
@@ -213,6 +217,7 @@ SignExchange OneBitAdam::skip(Reducer& reducer) {
   if (ob_.may_skip) {
     copy_buffer(worker_error_, kept_worker_);
     copy_buffer(server_error_, kept_server_);
+    if (kept_m_.size() > 0) copy_buffer(adam_.m(), kept_m_);
   }
   return done;
 }

@@ -44,9 +44,14 @@ struct OneBitParams {
 
 class OneBitAdam final : public Optimizer {
  public:
-  // State on DEVICE (cpu only for the compression stage: the config refuses cuda).
+  // State on DEVICE: the moments, both error buffers and may_skip's kept copies in its
+  // runtime's memory (the compress: auto decision on the host); the per-element work is the
+  // runtime's onebit_* passes. On a device, the reducer must read BUF (a device path:
+  // Reducer::takes_input false).
   OneBitAdam(const Registry& reg, const AdamWParams& hp, const OneBitParams& ob,
              Device device = Device::cpu);
+  // State in RT's memory (a test's own runtime).
+  OneBitAdam(const Registry& reg, const AdamWParams& hp, const OneBitParams& ob, Runtime& rt);
 
   // Optimizer. The stage of the next step on WORLD ranks: compressed once freeze_step steps
   // have been applied, and never with one rank (nothing to compress).
@@ -99,12 +104,14 @@ class OneBitAdam final : public Optimizer {
   const OneBitParams& params() const { return ob_; }
 
  private:
+  // The public constructors' common part, with ADAM made on the state's runtime.
+  OneBitAdam(AdamW adam, const Registry& reg, const AdamWParams& hp, const OneBitParams& ob);
   void begin_exchange(const float* grads, float grad_scale, Reducer& reducer);
   // compress: auto, after a warm-up step: keeps its exchange's cost and, at the last one,
   // decides (a collective: the measurements are averaged over ranks).
   void observe_warmup(Reducer& reducer);
   // z[0, end - begin) += this rank's momentum b1 m + (1 - b1) g GRAD_SCALE over elements
-  // [begin, end) (the reducer's input, formed where it is coded).
+  // [begin, end) (the reducer's input, formed where it is coded; host memory).
   void add_local_momentum(const float* grads, float grad_scale, size_t begin, size_t end,
                           float* z) const;
   // The update of elements [begin, end), the part of the vector the reducer hands over.
@@ -114,10 +121,12 @@ class OneBitAdam final : public Optimizer {
   const Registry& reg_;
   AdamWParams hp_;
   OneBitParams ob_;
+  Runtime& rt_;  // where the state lives and its passes run
   FlatBuffer worker_error_, server_error_;
-  // may_skip: the worker and server errors as they were before the step in flight (m is
-  // not written until the mean is decoded into it).
-  FlatBuffer kept_worker_, kept_server_;
+  // may_skip: the worker and server errors as they were before the step in flight, and m
+  // where the reducer reads BUF (the momentum is then formed into m before it is sent; made
+  // at the first such step); with an INPUT, m is not written until the mean is decoded.
+  FlatBuffer kept_worker_, kept_server_, kept_m_;
   bool in_flight_ = false;  // an exchange begun under backward awaits step() or skip()
   // compress: auto: the decision (one float: 0 undecided, 1 compress, -1 not) and the
   // numbers it compared (CompressChoice's, in its order; from_step 0: not saved), both

@@ -75,6 +75,9 @@ class Reducer {
     begin_sign_average(buf, worker_error, server_error, n, code, prepare);
     return finish_sign_average(finish);
   }
+  // Whether begin_sign_average takes an INPUT (a host path). False (a device path, whose
+  // buffers the CPU may not read): BUF must hold the vector when PREPARE has run for a part.
+  virtual bool takes_input() const { return true; }
   // sign_average in two halves, for input that becomes ready part by part (1-bit Adam's
   // momentum during backward): after begin_sign_average the reducer may prepare and send
   // parts as the caller reports them ready (GradSync: through backward's unit hook);

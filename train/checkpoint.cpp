@@ -275,7 +275,8 @@ void read_into(const fs::path& path, FlatBuffer& buf) {
   copy_buffer(buf, host);
 }
 
-// BUFS, each as long as it is, from the bytes of PATH (checked against their total).
+// BUFS, each as long as it is, from the bytes of PATH (checked against their total), on
+// whatever device each lives (through a host copy).
 void read_group(const fs::path& path, const std::vector<FlatBuffer*>& bufs) {
   const std::string bytes = read_whole(path);
   size_t total = 0;
@@ -285,7 +286,13 @@ void read_group(const fs::path& path, const std::vector<FlatBuffer*>& bufs) {
                      " bytes, expected " + std::to_string(total));
   size_t at = 0;
   for (FlatBuffer* b : bufs) {
-    std::memcpy(b->data(), bytes.data() + at, b->bytes());
+    if (b->runtime().host_memory()) {
+      std::memcpy(b->data(), bytes.data() + at, b->bytes());
+    } else {
+      FlatBuffer host(b->size());
+      std::memcpy(host.data(), bytes.data() + at, b->bytes());
+      copy_buffer(*b, host);
+    }
     at += b->bytes();
   }
 }
@@ -355,7 +362,8 @@ static void save_into(const fs::path& tmp, const fs::path& dir, const Config& cf
   // Each rank writes its own per-rank state into the directory rank 0 made.
   for (const auto& [name, bufs] : per_rank_groups(state.optimizer->state_tensors())) {
     std::string bytes;
-    for (const FlatBuffer* b : bufs) bytes += bytes_of(*b);
+    FlatBuffer host;
+    for (const FlatBuffer* b : bufs) bytes += bytes_of(on_host(*b, host));
     on_ranks(sync, true, dir, [&] { write_synced(tmp / rank_file(name, sync.rank()), bytes); });
     const std::vector<uint64_t> hashes = sync.gather(file_checksum(bytes));
     for (int r = 0; r < sync.world(); ++r)

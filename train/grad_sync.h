@@ -149,6 +149,7 @@ class GradSync final : public Reducer {
   // measure_sign_code measures nothing.
   // The exchanges' spans and the waits are the step's communication: collect them with
   // take_exchange().
+  bool takes_input() const override { return !device_comm_; }
   void begin_sign_average(float* buf, float* worker_error, float* server_error, size_t n,
                           const SignCode& code, Part prepare, Input input = {}) override;
   SignExchange finish_sign_average(const Part& finish) override;

@@ -409,7 +409,7 @@ double Trainer::apply_update(double lr, bool traced, bool averaged, SignExchange
     if (averaged) {
       norm = std::sqrt(sum_squares(g));
     } else {
-      float mean_sq = float(sum_squares(g.data(), g.size()));
+      float mean_sq = float(sum_squares(g));
       sync_.average(&mean_sq, 1);
       norm = std::sqrt(double(mean_sq));
     }

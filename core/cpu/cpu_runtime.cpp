@@ -61,6 +61,15 @@ class CpuRuntime final : public Runtime {
                     float* params, const float* grads, float* m, float* v) override {
     cpu::adamw_update(tensors, s, decay, params, grads, m, v);
   }
+  void onebit_momentum(float* m, const float* grads, size_t begin, size_t end, float beta1,
+                       float grad_scale) override {
+    cpu::onebit_momentum(m, grads, begin, end, beta1, grad_scale);
+  }
+  void onebit_update(const std::vector<TensorInfo>& tensors, size_t begin, size_t end,
+                     const OneBitStep& s, float decay, float* params, float* m, const float* v,
+                     float* worker_error, float* server_error) override {
+    cpu::onebit_update(tensors, begin, end, s, decay, params, m, v, worker_error, server_error);
+  }
 };
 
 }  // namespace

@@ -60,4 +60,33 @@ void adamw_update(const std::vector<TensorInfo>& tensors, const AdamWStep& s, fl
   }
 }
 
+void onebit_momentum(float* m, const float* grads, size_t begin, size_t end, float beta1,
+                     float grad_scale) {
+  float* __restrict mt = m + begin;
+  const float* __restrict g = grads + begin;
+  const size_t n = end - begin;
+#pragma omp simd
+  for (size_t i = 0; i < n; ++i) mt[i] = onebit_local_momentum(mt[i], g[i], beta1, grad_scale);
+}
+
+// Per tensor: the update in one vectorised loop that counts the dead coordinates, and the
+// masking in a second, only where there are any.
+void onebit_update(const std::vector<TensorInfo>& tensors, size_t begin, size_t end,
+                   const OneBitStep& s, float decay, float* params, float* m, const float* v,
+                   float* ew, float* es) {
+  for (const TensorInfo& t : tensors) {
+    const float d = t.decay ? decay : 0.0f;
+    const size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+    size_t dead = 0;
+#pragma omp simd reduction(+ : dead)
+    for (size_t i = lo; i < hi; ++i) {
+      onebit_param_element(params[i], m[i], v[i], s, d);
+      dead += !onebit_live(v[i]);
+    }
+    if (dead == 0) continue;
+    for (size_t i = lo; i < hi; ++i)
+      if (!onebit_live(v[i])) m[i] = ew[i] = es[i] = 0.0f;
+  }
+}
+
 }  // namespace ringstep::cpu

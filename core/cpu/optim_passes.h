@@ -23,4 +23,12 @@ bool unscale_and_check(float* x, size_t n, float inv_scale);
 void adamw_update(const std::vector<TensorInfo>& tensors, const AdamWStep& s, float decay,
                   float* params, const float* grads, float* m, float* v);
 
+// 1-bit Adam's passes (core/runtime.h's onebit_momentum and onebit_update), on the calling
+// thread: they run a part of the vector at a time, between the parts of an exchange.
+void onebit_momentum(float* m, const float* grads, size_t begin, size_t end, float beta1,
+                     float grad_scale);
+void onebit_update(const std::vector<TensorInfo>& tensors, size_t begin, size_t end,
+                   const OneBitStep& s, float decay, float* params, float* m, const float* v,
+                   float* worker_error, float* server_error);
+
 }  // namespace ringstep::cpu

@@ -1,5 +1,7 @@
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device.h"
@@ -113,6 +115,20 @@ class CudaRuntime final : public Runtime {
     for (const TensorInfo& t : tensors)
       cuda::adamw_update(params + t.offset, grads + t.offset, m + t.offset, v + t.offset, t.numel,
                          s, t.decay ? decay : 0.0f);
+  }
+  void onebit_momentum(float* m, const float* grads, size_t begin, size_t end, float beta1,
+                       float grad_scale) override {
+    cuda::onebit_momentum(m + begin, grads + begin, end - begin, beta1, grad_scale);
+  }
+  void onebit_update(const std::vector<TensorInfo>& tensors, size_t begin, size_t end,
+                     const OneBitStep& s, float decay, float* params, float* m, const float* v,
+                     float* worker_error, float* server_error) override {
+    for (const TensorInfo& t : tensors) {
+      const size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+      if (lo >= hi) continue;
+      cuda::onebit_update(params + lo, m + lo, v + lo, worker_error + lo, server_error + lo,
+                          hi - lo, s, t.decay ? decay : 0.0f);
+    }
   }
   void unscale_and_flag(float* x, size_t n, const StepCarry* carry, DeferredStep* step) override {
     cuda::unscale_and_flag(x, n, carry, step);

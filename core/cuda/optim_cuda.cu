@@ -21,6 +21,22 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_
     adamw_element(p[i], g[i], m[i], v[i], s, decay);
 }
 
+__global__ void onebit_momentum_kernel(float* m, const float* g, size_t n, float beta1,
+                                       float grad_scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    m[i] = onebit_local_momentum(m[i], g[i], beta1, grad_scale);
+}
+
+__global__ void onebit_update_kernel(float* p, float* m, const float* v, float* ew, float* es,
+                                     size_t n, OneBitStep s, float decay) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    onebit_param_element(p[i], m[i], v[i], s, decay);
+    if (!onebit_live(v[i])) m[i] = ew[i] = es[i] = 0.0f;
+  }
+}
+
 __global__ void adamw_if_applied_kernel(float* p, const float* g, float* m, float* v, size_t n,
                                         const DeferredStep* step, bool decays) {
   if (!step->applied) return;
@@ -129,6 +145,20 @@ void adamw_update_if_applied(float* params, const float* grads, float* m, float*
                              const DeferredStep* step, bool decays) {
   if (n == 0) return;
   adamw_if_applied_kernel<<<grid_for(n), kBlock>>>(params, grads, m, v, n, step, decays);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void onebit_momentum(float* m, const float* grads, size_t n, float beta1, float grad_scale) {
+  if (n == 0) return;
+  onebit_momentum_kernel<<<grid_for(n), kBlock>>>(m, grads, n, beta1, grad_scale);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void onebit_update(float* params, float* m, const float* v, float* worker_error,
+                   float* server_error, size_t n, const OneBitStep& step, float decay) {
+  if (n == 0) return;
+  onebit_update_kernel<<<grid_for(n), kBlock>>>(params, m, v, worker_error, server_error, n, step,
+                                                decay);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -42,4 +42,12 @@ void decide(const StepRule& rule, StepCarry* carry, DeferredStep* step);
 void adamw_update_if_applied(float* params, const float* grads, float* m, float* v, size_t n,
                              const DeferredStep* step, bool decays);
 
+// 1-bit Adam's passes (core/runtime.h's onebit_momentum and onebit_update), queued without
+// waiting. m[0, n) = onebit_local_momentum(m, grads, beta1, grad_scale).
+void onebit_momentum(float* m, const float* grads, size_t n, float beta1, float grad_scale);
+// params[0, n) by onebit_param_element with DECAY; m, worker_error and server_error set to 0
+// where v is not onebit_live.
+void onebit_update(float* params, float* m, const float* v, float* worker_error,
+                   float* server_error, size_t n, const OneBitStep& step, float decay);
+
 }  // namespace ringstep::cuda

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/runtime.h"
 
 namespace ringstep::testing {
@@ -37,6 +38,15 @@ class HostBackedRuntime : public Runtime {
   void adamw_update(const std::vector<TensorInfo>& t, const AdamWStep& s, float decay, float* p,
                     const float* g, float* m, float* v) override {
     cpu().adamw_update(t, s, decay, p, g, m, v);
+  }
+  void onebit_momentum(float* m, const float* g, size_t begin, size_t end, float beta1,
+                       float grad_scale) override {
+    cpu().onebit_momentum(m, g, begin, end, beta1, grad_scale);
+  }
+  void onebit_update(const std::vector<TensorInfo>& t, size_t begin, size_t end,
+                     const OneBitStep& s, float decay, float* p, float* m, const float* v,
+                     float* ew, float* es) override {
+    cpu().onebit_update(t, begin, end, s, decay, p, m, v, ew, es);
   }
 
  protected:

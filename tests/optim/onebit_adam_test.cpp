@@ -1,14 +1,19 @@
 // OneBitAdam on one process, with a stand-in Reducer whose "compressed mean" is a known
 // sign code: the compression-stage update against a float64 reference (frozen, bias
-// corrected v; decay mask), the zero-variance mask, the stage rule and the warnings.
+// corrected v; decay mask), the zero-variance mask, the stage rule and the warnings; state
+// on a device-shaped runtime with a reducer that reads BUF against the host's bits.
 #include "optim/onebit_adam.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <vector>
+
+#include "core/host_backed_runtime.h"
 
 namespace ringstep {
 namespace {
@@ -17,9 +22,12 @@ namespace {
 // scale) of the input (the Input's values where one is given), as a compressed exchange
 // whose output differs from its input would. It works in two parts, the first ending
 // inside a tensor, prepared and finished in a pipeline's order (prepare 1, prepare 2,
-// finish 1, finish 2); an abandoned call (no finish) leaves buf alone.
+// finish 1, finish 2); an abandoned call (no finish) leaves buf alone. With READS_BUF (a
+// device path's contract, takes_input() false) it reads each part of buf once prepared.
 struct SignReducer final : Reducer {
+  explicit SignReducer(bool reads = false) : reads_buf(reads) {}
   int world() const override { return 2; }
+  bool takes_input() const override { return !reads_buf; }
   void average(float*, size_t) override {}
   bool any_rank(bool flag) override { return flag; }
   void begin_sign_average(float* b, float* w, float* s, size_t count, const SignCode& code, Part p,
@@ -33,6 +41,7 @@ struct SignReducer final : Reducer {
     std::vector<float> x(buf, buf + n);
     for (auto [b, e] : parts) {
       if (prepare) prepare(b, e);
+      if (reads_buf) std::copy(buf + b, buf + e, x.begin() + b);
       if (input) {
         std::fill(x.begin() + b, x.begin() + e, 0.0f);
         input(b, e, x.data() + b);
@@ -63,6 +72,7 @@ struct SignReducer final : Reducer {
   ExchangeCost gradient;  // what the "fp32 AllReduce" of every step cost
   SignCost code;
   int measured = 0;
+  bool reads_buf = false;
 };
 
 struct Fixture {
@@ -199,6 +209,58 @@ TEST(OneBitAdam, WorldChangeFoldsTheServerErrorIntoTheMeanWorkerError) {
     EXPECT_EQ(ob.worker_error().data()[i], mean_w + (0.5f + float(i))) << i;
     EXPECT_EQ(ob.server_error().data()[i], 0.0f) << i;
   }
+}
+
+// State in memory that is not the host's (a device; here host memory underneath) and a
+// reducer that reads BUF (a device path): the momentum formed into m by the runtime's pass
+// in PREPARE, the update by its pass in FINISH. The same bits as on the host with an
+// INPUT: the parameters, m, v and both error buffers, through warm-up, compressed steps
+// after backward and under it, a skipped step under backward (m put back from its kept
+// copy), and a world-size change (formed on the host, copied to the state's memory).
+TEST(OneBitAdam, StateOnADeviceThatReadsBufGivesTheHostsBits) {
+  Fixture f;
+  testing::HostBackedRuntime device("device");
+  const size_t n = f.reg.total_numel();
+  const OneBitParams params{1, OneBitScale::mean_abs, 0, true, true};
+  OneBitAdam host(f.reg, f.hp, params), dev(f.reg, f.hp, params, device);
+  ASSERT_FALSE(dev.worker_error().runtime().host_memory());
+  ASSERT_EQ(&dev.adam().m().runtime(), &device);
+  SignReducer host_red, dev_red(/*reads=*/true);
+  FlatBuffer p_host(n), p_dev(n, device), g_host(n), g_dev(n, device);
+  for (size_t i = 0; i < n; ++i) p_host.data()[i] = p_dev.data()[i] = 0.05f * float(i % 5) - 0.1f;
+  auto expect_same = [&](const char* when) {
+    EXPECT_EQ(values(p_dev), values(p_host)) << when;
+    EXPECT_EQ(values(dev.adam().m()), values(host.adam().m())) << when;
+    EXPECT_EQ(values(dev.adam().v()), values(host.adam().v())) << when;
+    EXPECT_EQ(values(dev.worker_error()), values(host.worker_error())) << when;
+    EXPECT_EQ(values(dev.server_error()), values(host.server_error())) << when;
+    EXPECT_EQ(dev.step_count(), host.step_count()) << when;
+  };
+  for (int t = 0; t < 6; ++t) {
+    for (size_t i = 0; i < n; ++i)
+      g_host.data()[i] = g_dev.data()[i] = 0.1f * float((i * 7 + size_t(t)) % 11) - 0.5f;
+    const bool under = t % 2 == 1, skipped = t == 3;
+    for (auto [opt, red, p, g] : {std::tuple{&host, &host_red, &p_host, &g_host},
+                                  std::tuple{&dev, &dev_red, &p_dev, &g_dev}}) {
+      if (under) ASSERT_EQ(opt->begin_under_backward(g->data(), 0.75, *red), t > 0);
+      if (skipped)
+        opt->skip(*red);
+      else
+        opt->step(*p, *g, 1e-2, 0.75, *red);
+    }
+    expect_same(skipped ? "after a skip" : "after a step");
+  }
+  EXPECT_EQ(host_red.calls, 5);
+  EXPECT_EQ(dev_red.calls, 5);
+  std::vector<std::vector<FlatBuffer>> saved(2);
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 2; ++k) {
+      FlatBuffer& b = saved[size_t(r)].emplace_back(n);
+      for (size_t i = 0; i < n; ++i) b.data()[i] = 0.01f * float(i) - 0.3f * float(r + k);
+    }
+  host.adopt_world_change(saved, 2, 3);
+  dev.adopt_world_change(saved, 2, 3);
+  expect_same("after a world change");
 }
 
 // compress: auto's rule: compress where the fp32 AllReduce's exposed time exceeds the

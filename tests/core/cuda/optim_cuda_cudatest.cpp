@@ -117,6 +117,59 @@ TEST_F(CudaOptim, RuntimePassesMatchTheHostRuntime) {
   EXPECT_NE(gpu.make_clock(4), nullptr);
 }
 
+// 1-bit Adam's passes (Runtime::onebit_momentum, onebit_update) on cuda buffers against the
+// host runtime's on the same values, over a part [begin, end) that starts and ends inside
+// tensors: the momentum and the parameters within 1e-6 relative (the kernels may contract
+// into FMAs where the host does not), the zero-variance mask exact (m and both error
+// buffers 0 where v is, untouched elsewhere), and nothing outside the part written.
+TEST_F(CudaOptim, OneBitPassesMatchTheHostRuntime) {
+  Registry reg;
+  reg.add("w", {301, 77});
+  reg.add("b", {77}, false);
+  reg.add("w2", {129, 33});
+  const size_t n = reg.total_numel(), begin = 1000, end = n - 500;
+  std::vector<float> v = normal_values(n, 30);
+  for (size_t i = 0; i < n; ++i) v[i] = i % 7 == 3 ? 0.0f : v[i] * v[i];
+  const std::vector<float> init[] = {
+      normal_values(n, 31), normal_values(n, 32), v,
+      normal_values(n, 33), normal_values(n, 34), normal_values(n, 35)};  // p, m, v, g, ew, es
+  std::vector<FlatBuffer> host, dev;
+  for (const std::vector<float>& x : init) {
+    FlatBuffer& h = host.emplace_back(n);
+    std::copy(x.begin(), x.end(), h.data());
+    copy_buffer(dev.emplace_back(n, Device::cuda), h);
+  }
+  const OneBitStep s = onebit_scalars(0.9, 0.999, 1e-8, 1e-2, 7, 4);
+  const float decay = 1e-3f, beta1 = 0.9f, grad_scale = 0.5f;
+  for (std::vector<FlatBuffer>* b : {&host, &dev}) {
+    std::vector<FlatBuffer>& x = *b;
+    Runtime& rt = x[0].runtime();
+    rt.onebit_momentum(x[1].data(), x[3].data(), begin, end, beta1, grad_scale);
+    rt.onebit_update(reg.tensors(), begin, end, s, decay, x[0].data(), x[1].data(), x[2].data(),
+                     x[4].data(), x[5].data());
+  }
+  const char* names[] = {"p", "m", "v", "g", "ew", "es"};
+  for (size_t k = 0; k < dev.size(); ++k) {
+    FlatBuffer got(n);
+    copy_buffer(got, dev[k]);
+    for (size_t i = 0; i < n; ++i) {
+      const float want = host[k].data()[i];
+      if (i < begin || i >= end) {
+        ASSERT_EQ(got.data()[i], init[k][i]) << names[k] << " outside the part, " << i;
+        ASSERT_EQ(want, init[k][i]) << names[k] << " outside the part (host), " << i;
+      } else if (k == 0 || (k == 1 && v[i] != 0.0f)) {
+        ASSERT_NEAR(got.data()[i], want, 1e-6f * std::max(1.0f, std::fabs(want)))
+            << names[k] << " " << i;
+      } else {
+        ASSERT_EQ(got.data()[i], want) << names[k] << " " << i;
+        if (k != 2 && k != 3 && v[i] == 0.0f) {
+          ASSERT_EQ(want, 0.0f) << names[k] << " " << i;
+        }
+      }
+    }
+  }
+}
+
 // AdamW::step on cuda buffers (moments on the device) against AdamW on the host, with
 // clipping's coefficient folded in as the trainer does.
 TEST_F(CudaOptim, AdamWFlatBufferStepOnDeviceMatchesHost) {
