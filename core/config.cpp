@@ -216,11 +216,26 @@ void check_cross_fields(const Config& c, const Reader& reader) {
                 "cuda; use mpi on " +
                     device);
   }
-  // What the GPU trainer does not run yet (docs/gpu.md).
-  if (c.run.device == Device::cuda && c.optimizer.name != OptimizerKind::adamw) {
+  // What the GPU trainer does not run yet (docs/gpu.md). 1-bit Adam runs on cuda through
+  // the device path only (comm.backend nccl: its exchange on the device's buffers), and
+  // compress: auto's measurement of the coding is the host path's.
+  if (c.run.device == Device::cuda && c.optimizer.name == OptimizerKind::zero_one_adam) {
     reader.fail({"optimizer.name", "run.device"},
-                "'optimizer.name' " + std::string(name(c.optimizer.name)) +
-                    " runs on run.device cpu only; use adamw on cuda");
+                "'optimizer.name' zero_one_adam runs on run.device cpu only; use adamw or "
+                "onebit_adam on cuda");
+  }
+  if (c.run.device == Device::cuda && c.optimizer.name == OptimizerKind::onebit_adam) {
+    if (c.comm.backend != CommBackend::nccl) {
+      reader.fail({"optimizer.name", "comm.backend"},
+                  "'optimizer.name' onebit_adam on run.device cuda needs comm.backend nccl (the "
+                  "compressed exchange on the GPU); comm.backend " +
+                      std::string(name(c.comm.backend)) + " runs it on run.device cpu only");
+    } else if (c.optimizer.onebit.compress == OneBitCompress::auto_) {
+      reader.fail({"optimizer.onebit.compress", "optimizer.name", "run.device"},
+                  "'optimizer.onebit.compress' auto (the default) measures the coding on the "
+                  "host path, which onebit_adam on run.device cuda does not take; set it to "
+                  "always or never");
+    }
   }
 }
 

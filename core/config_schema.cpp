@@ -304,7 +304,7 @@ const std::vector<KeySpec> kSchema = {
   key(KEY(run.name), text(), "run name, shown in logs and the summary"),
   key(KEY(run.out_dir), text(), "run directory: config.yaml, steps.jsonl, trace/, checkpoints/"),
   key(KEY(run.seed), number<uint64_t>(), "seed for weight init and data; same config, seed and world size give the same losses"),
-  key(KEY(run.device), choice<Device>(), "where the model, its gradients and the optimizer state live and run; cuda: one GPU per rank, bf16 or fp32, AdamW (docs/gpu.md); exit 2 where no CUDA device is usable"),
+  key(KEY(run.device), choice<Device>(), "where the model, its gradients and the optimizer state live and run; cuda: one GPU per rank, bf16 or fp32, AdamW, or 1-bit Adam with comm.backend nccl (docs/gpu.md); exit 2 where no CUDA device is usable"),
   key(KEY(run.threads), number<int>(at_least(1), kAuto), "CPU threads per rank; auto = cores / ranks on this node"),
   action(key(KEY(run.overwrite), boolean(), "command line only (`--set run.overwrite=true`), never saved: start afresh in an out_dir that holds an earlier run, deleting everything that run wrote (docs/design.md, the run directory); false = refuse unless resuming")),
   key(KEY(run.memory_limit_mb), number<double>(at_least(0)), "memory one rank may use, in MiB, that `ringstep report` judges the activation peak against (an accelerator's memory, a cgroup limit); 0 = physical RAM / ranks on the node"),

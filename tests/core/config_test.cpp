@@ -364,8 +364,8 @@ TEST(Config, RoundTripDefaults) {
 }
 
 // Every key this build lets a user change (comm.backend nccl needs run.device cuda: see
-// NcclNeedsCuda; run.device cuda rules out onebit_adam: see
-// CudaRulesOutOneBitAdamButTakesEveryDtype).
+// NcclNeedsCuda; run.device cuda takes onebit_adam on nccl only: see
+// CudaRunsOneBitAdamOnNcclOnlyAndTakesEveryDtype).
 TEST(Config, RoundTripEveryKeyChanged) {
   Config c;
   c.source_path = "effective.yaml";
@@ -488,13 +488,31 @@ TEST(Config, NcclNeedsCuda) {
 }
 
 // run.device cuda loads (whether a GPU is usable is the trainer's question, exit 2 there);
-// what the GPU trainer does not run is refused naming both keys.
-TEST(Config, CudaRulesOutOneBitAdamButTakesEveryDtype) {
+// what the GPU trainer does not run is refused naming the keys: 1-bit Adam runs on cuda
+// only through the device path (comm.backend nccl) and with compress always or never.
+TEST(Config, CudaRunsOneBitAdamOnNcclOnlyAndTakesEveryDtype) {
   EXPECT_EQ(parse("run: {device: cuda}\nprecision: {dtype: bf16}\n").run.device, Device::cuda);
   EXPECT_EQ(parse("run: {device: cuda}\nprecision: {dtype: fp16}\n").precision.dtype, DType::f16);
-  EXPECT_EQ(error_of("", {"run.device=cuda", "optimizer.name=onebit_adam"}),
-            "--set optimizer.name: 'optimizer.name' onebit_adam runs on run.device cpu only; "
-            "use adamw on cuda");
+  EXPECT_EQ(error_of("", {"run.device=cuda", "optimizer.name=onebit_adam",
+                          "optimizer.onebit.compress=always"}),
+            "--set optimizer.name: 'optimizer.name' onebit_adam on run.device cuda needs "
+            "comm.backend nccl (the compressed exchange on the GPU); comm.backend mpi runs it on "
+            "run.device cpu only");
+  const std::string auto_refused =
+      "'optimizer.onebit.compress' auto (the default) measures the coding on the host path, "
+      "which onebit_adam on run.device cuda does not take; set it to always or never";
+  EXPECT_EQ(error_of("", {"run.device=cuda", "optimizer.name=onebit_adam", "comm.backend=nccl"}),
+            "--set optimizer.name: " + auto_refused);
+  EXPECT_EQ(error_of("", {"run.device=cuda", "optimizer.name=onebit_adam", "comm.backend=nccl",
+                          "optimizer.onebit.compress=auto"}),
+            "--set optimizer.onebit.compress: " + auto_refused);
+  for (const char* compress : {"always", "never"}) {
+    const Config c =
+        parse("", {"run.device=cuda", "optimizer.name=onebit_adam", "comm.backend=nccl",
+                   std::string("optimizer.onebit.compress=") + compress});
+    EXPECT_EQ(c.optimizer.name, OptimizerKind::onebit_adam) << compress;
+    EXPECT_EQ(parse(config_to_yaml(c)), c) << compress;
+  }
 }
 
 // 1-bit Adam's keys: a misspelt scale names the nearest valid one; the variance needs at
@@ -527,7 +545,7 @@ TEST(Config, ZeroOneKnobsAreAtLeastOneAndCpuOnly) {
   EXPECT_EQ(c.optimizer.zero_one, (ZeroOneConfig{50, 4, 8, 2}));
   EXPECT_EQ(error_of("", {"run.device=cuda", "optimizer.name=zero_one_adam"}),
             "--set optimizer.name: 'optimizer.name' zero_one_adam runs on run.device cpu only; "
-            "use adamw on cuda");
+            "use adamw or onebit_adam on cuda");
 }
 
 // The exchange under backward is the default and takes loss scaling, on_nan: skip and
