@@ -4,16 +4,19 @@
 // optimizer, the step's comm from the marks. It gives the host (MPI) path's bits, bucket by
 // bucket and through the whole trainer, and its records keep comm in flight >= exposed comm.
 // 1-bit Adam's exchange through the same path (DeviceSignAllreduce per bucket, the kernels'
-// CPU twins) gives the host path's bits too.
+// CPU twins) gives the host path's bits too, and so does a whole 1-bit Adam run, its
+// momentum formed and its update made by the runtime's passes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/registry.h"
@@ -21,6 +24,7 @@
 #include "models/gpt_spec.h"
 #include "mpi/mpitest_main.h"
 #include "mpi/mpitest_util.h"
+#include "train/checkpoint_run.h"
 #include "train/fake_device_comm.h"
 #include "train/grad_sync.h"
 #include "train/small_run.h"
@@ -250,6 +254,65 @@ TEST(DeviceCommPath, TrainerMatchesTheHostPath) {
         e["name"].get<std::string>().rfind("allreduce bucket", 0) == 0)
       ++comm_spans;
   EXPECT_GT(comm_spans, 1);
+}
+
+// The step records of RUN: (stage, skipped) of each step.
+std::vector<std::pair<std::string, bool>> stages_of(const std::filesystem::path& run) {
+  std::vector<std::pair<std::string, bool>> out;
+  std::ifstream in(run / "steps.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto rec = nlohmann::json::parse(line);
+    out.emplace_back(rec.value("stage", ""), rec["skipped"].get<bool>());
+  }
+  return out;
+}
+
+// 1-bit Adam on the device path (the fake; what comm.backend nccl runs on cuda) equals it on
+// the host path: the same losses, loss scales and final parameters bit for bit, through the
+// warm-up (AdamW on buckets averaged on the comm stream) and the compression stage (each
+// bucket's momentum formed into m by the runtime's pass in PREPARE, exchanged by
+// DeviceSignAllreduce, the update by the runtime's pass in FINISH), with clipping and
+// weight decay, the exchange under backward and after it. With fp16's dynamic loss scale,
+// overflows skipped in the compression stage put m and both error buffers back as the host
+// path does (m, overwritten by the momentum there, from its kept copy).
+TEST(DeviceCommPath, OneBitAdamMatchesTheHostPath) {
+  auto& comm = world();
+  struct Case {
+    const char* name;
+    bool overlap, fp16;
+    int steps;
+  };
+  for (const Case c : {Case{"after", false, false, 8}, Case{"under", true, false, 8},
+                       Case{"fp16_under", true, true, 30}}) {
+    const auto dir = testing::fresh_dir(comm, "devcomm", std::string("onebit_") + c.name);
+    Config cfg = testing::SmallRun((dir / "host").string(), c.steps);
+    cfg.optimizer.name = OptimizerKind::onebit_adam;
+    cfg.optimizer.onebit.freeze_step = 3;
+    cfg.optimizer.onebit.compress = OneBitCompress::always;
+    cfg.optimizer.onebit.overlap = c.overlap;
+    cfg.comm.bucket_mb = 0.01;  // several buckets, each with several tensors
+    cfg.train.grad_clip = 0.5;  // clipping active in the compression stage too
+    cfg.train.weight_decay = 0.1;
+    if (c.fp16) cfg = testing::Fp16Dynamic(cfg);
+    const TrainOutcome host = train(cfg, &comm);
+    cfg.run.out_dir = (dir / "device").string();
+    FakeDeviceComm dev;
+    const TrainOutcome device = train(cfg, &comm, &dev);
+    EXPECT_EQ(device.losses, host.losses) << c.name;
+    EXPECT_EQ(device.loss_scales, host.loss_scales) << c.name;
+    EXPECT_EQ(device.skipped_steps, host.skipped_steps) << c.name;
+    EXPECT_EQ(device.optimizer_steps, host.optimizer_steps) << c.name;
+    EXPECT_EQ(device.params_fnv1a64, host.params_fnv1a64) << c.name;
+    comm.barrier();
+    if (comm.rank() != 0) continue;
+    const auto stages = stages_of(dir / "device");
+    EXPECT_EQ(stages, stages_of(dir / "host")) << c.name;
+    int compressed = 0, skipped_compressed = 0;
+    for (const auto& [stage, skipped] : stages)
+      if (stage == "compressed") ++(skipped ? skipped_compressed : compressed);
+    EXPECT_GE(compressed, 3) << c.name << ": compressed steps applied";
+    if (c.fp16) EXPECT_GT(skipped_compressed, 0) << "no overflow fell in the compression stage";
+  }
 }
 
 // One rank on the device path (what a single NCCL rank runs) equals the run without any
