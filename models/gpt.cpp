@@ -197,9 +197,14 @@ void Gpt::block_backward(int l, const void* x, const LayerActs& a, const DBufs& 
 // --- the model ---------------------------------------------------------------------------
 
 float Gpt::forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena) {
+  return forward_loss(inputs, targets, B, T, arena, true);
+}
+
+float Gpt::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
+                        bool for_backward) {
   Runtime& rt = scalars_.runtime();
   rt.zero(loss_slot(), sizeof(double));
-  run_forward(inputs, targets, B, T, arena, true, loss_slot());
+  run_forward(inputs, targets, B, T, arena, for_backward, loss_slot());
   double loss = 0;
   if (!arena.counting()) rt.copy(&loss, loss_slot(), sizeof loss);
   return float(loss);
@@ -289,13 +294,9 @@ void Gpt::head_forward(const void* x, double* loss_sum) {
 
 float Gpt::evaluate(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena) {
   const size_t mark = arena.mark();
-  Runtime& rt = scalars_.runtime();
-  rt.zero(loss_slot(), sizeof(double));
-  run_forward(inputs, targets, B, T, arena, false, loss_slot());
+  const float loss = forward_loss(inputs, targets, B, T, arena, false);
   arena.release_to(mark);
-  double loss = 0;
-  if (!arena.counting()) rt.copy(&loss, loss_slot(), sizeof loss);
-  return float(loss);
+  return loss;
 }
 
 void Gpt::head_backward(const float* dloss_scale) {

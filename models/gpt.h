@@ -163,6 +163,9 @@ class Gpt {
   };
   void run_forward(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
                    bool for_backward, double* loss_sum);
+  // run_forward into loss_slot(), then the mean loss read back (waiting for the device).
+  float forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T, Arena& arena,
+                     bool for_backward);
   void block_forward(int l, const void* x, LayerActs& a);
   void recompute_block(int l, const void* x, LayerActs& a, Keep k);
   // Calls UNIT_DONE between its MLP half and its attention half, and after the latter.
