@@ -35,10 +35,6 @@ RINGSTEP_HD void adamw_element(float& p, float g, float& m, float& v, const Adam
   p -= s.step_size * m / denom + decay * p;
 }
 
-}  // namespace ringstep
-
-namespace ringstep {
-
 // 1-bit Adam's per-element math (optim/onebit_adam.h), the one definition that the host
 // path's momentum input, both runtimes' passes and the CUDA kernels use.
 

@@ -120,10 +120,11 @@ class Runtime {
                              const OneBitStep& s, float decay, float* params, float* m,
                              const float* v, float* worker_error, float* server_error) = 0;
 
-  // The same passes for a step the runtime decides itself (core/step_math.h), queued without
-  // waiting: CARRY, STEP and OUT are in this runtime's memory, and the host reads them later.
-  // The defaults reach them through host pointers (runtimes whose memory the CPU reads) and
-  // run the passes above; a device runtime overrides all four.
+  // The check, norm and AdamW passes above for a step the runtime decides itself
+  // (core/step_math.h), queued without waiting: CARRY, STEP and OUT are in this runtime's
+  // memory, and the host reads them later. The defaults reach them through host pointers
+  // (runtimes whose memory the CPU reads) and run those passes; a device runtime overrides
+  // all four.
   // X *= float(1 / carry->scaler.scale) (skipped when it is 1); STEP->bad = 1 where an
   // element is then inf or NaN.
   virtual void unscale_and_flag(float* x, size_t n, const StepCarry* carry, DeferredStep* step);
